@@ -1,0 +1,331 @@
+/* idworker.c -- the Snowflake id generator: the original IdWorker's algorithm,
+ * thread-safe, with an injectable clock, batches and two opt-in extensions.
+ *
+ * Plain C: no GLib, no Thrift, no ZooKeeper. Every path that hands out an id
+ * holds w->lock, as the original's nextId is synchronized. */
+#define _POSIX_C_SOURCE 200809L
+#include "snowflake.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The first sequence of a millisecond when random_first_sequence is on is
+ * drawn from 0..SF_RANDOM_SEQUENCE_MASK, leaving at least 2048 ids per ms. */
+#define SF_RANDOM_SEQUENCE_MASK 2047
+
+#if defined(__x86_64__) || defined(__i386__)
+#define sf_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define sf_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define sf_cpu_relax() ((void)0)
+#endif
+
+/* A spin-then-yield lock. The critical section is a clock read and a few
+ * arithmetic steps, shorter than a futex sleep and wake-up: spinning keeps
+ * two threads near the sequence cap where a mutex lost a sixth of it. The
+ * holder may spin up to a millisecond in til_next_millis, so waiters yield
+ * the CPU after a short spin rather than burn it. */
+typedef struct sf_lock {
+    atomic_bool held;
+} sf_lock;
+
+static inline void sf_lock_acquire(sf_lock *l)
+{
+    for (;;) {
+        if (!atomic_exchange_explicit(&l->held, true, memory_order_acquire))
+            return;
+        for (int spins = 0; atomic_load_explicit(&l->held, memory_order_relaxed); spins++) {
+            if (spins < 200)
+                sf_cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+}
+
+static inline void sf_lock_release(sf_lock *l)
+{
+    atomic_store_explicit(&l->held, false, memory_order_release);
+}
+
+struct sf_worker {
+    sf_lock lock;
+    /* Everything below is guarded by lock. */
+    int64_t last_timestamp; /* Unix ms of the last id, -1 before the first */
+    int64_t sequence;
+    uint64_t rng;           /* xorshift64* state for random_first_sequence */
+    sf_worker_stats stats;
+    /* Immutable after sf_worker_new. */
+    int64_t id_bits;        /* (datacenter << 17) | (worker << 12) */
+    sf_worker_options opts;
+};
+
+static int sf_fail(sf_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills err (when given) and returns code, so error paths are one line. */
+static int sf_fail(sf_error *err, int code, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        err->code = code;
+        err->behind_ms = 0;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int64_t sf_clock_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t sf_system_clock(void *ctx)
+{
+    (void)ctx;
+    return sf_clock_now_ms();
+}
+
+static void sf_system_sleep(void *ctx, int64_t ms)
+{
+    (void)ctx;
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+void sf_worker_options_init(sf_worker_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->epoch_ms = SF_TWITTER_EPOCH_MS;
+}
+
+int sf_worker_options_check(const sf_worker_options *o, sf_error *err)
+{
+    if (o->worker_id < 0 || o->worker_id > SF_MAX_WORKER_ID)
+        return sf_fail(err, SF_ERR_ARG, "worker id %" PRId64 " is out of range: allowed 0..%d",
+                       o->worker_id, SF_MAX_WORKER_ID);
+    if (o->datacenter_id < 0 || o->datacenter_id > SF_MAX_DATACENTER_ID)
+        return sf_fail(err, SF_ERR_ARG, "datacenter id %" PRId64 " is out of range: allowed 0..%d",
+                       o->datacenter_id, SF_MAX_DATACENTER_ID);
+    if (o->epoch_ms < 0)
+        return sf_fail(err, SF_ERR_ARG, "epoch %" PRId64 " ms is negative: allowed 0 or later",
+                       o->epoch_ms);
+    if (o->max_clock_backward_wait_ms < 0 || o->max_clock_backward_wait_ms > 60000)
+        return sf_fail(err, SF_ERR_ARG,
+                       "max_clock_backward_wait_ms %" PRId64 " is out of range: allowed 0..60000",
+                       o->max_clock_backward_wait_ms);
+    return SF_OK;
+}
+
+sf_worker *sf_worker_new(const sf_worker_options *opts, sf_error *err)
+{
+    if (sf_worker_options_check(opts, err) != SF_OK)
+        return NULL;
+    sf_worker *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        sf_fail(err, SF_ERR_NOMEM, "out of memory allocating a worker");
+        return NULL;
+    }
+    atomic_init(&w->lock.held, false);
+    w->opts = *opts;
+    if (w->opts.clock == NULL)
+        w->opts.clock = sf_system_clock;
+    if (w->opts.sleep == NULL)
+        w->opts.sleep = sf_system_sleep;
+    w->last_timestamp = -1;
+    w->sequence = 0;
+    w->id_bits = (opts->datacenter_id << SF_DATACENTER_ID_SHIFT) |
+                 (opts->worker_id << SF_WORKER_ID_SHIFT);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    w->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+             (uint64_t)(uintptr_t)w;
+    if (w->rng == 0)
+        w->rng = 0x9E3779B97F4A7C15ULL;
+    return w;
+}
+
+void sf_worker_free(sf_worker *w)
+{
+    if (w == NULL)
+        return;
+    free(w);
+}
+
+/* The sequence a new millisecond starts at: 0, as the original, or random. */
+static int64_t do_first_sequence(sf_worker *w)
+{
+    if (!w->opts.random_first_sequence)
+        return 0;
+    uint64_t x = w->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return (int64_t)((x * 0x2545F4914F6CDD1DULL) >> 32) & SF_RANDOM_SEQUENCE_MASK;
+}
+
+/* The original's tilNextMillis: spin until the clock passes last. */
+static int64_t do_til_next_millis(sf_worker *w, int64_t last)
+{
+    w->stats.sequence_waits++;
+    int64_t ts = w->opts.clock(w->opts.clock_ctx);
+    while (ts <= last)
+        ts = w->opts.clock(w->opts.clock_ctx);
+    return ts;
+}
+
+/* Reads the clock and refuses a time behind the last id (the original's
+ * InvalidSystemClock), waiting out a small step when the option allows. */
+static int do_read_clock(sf_worker *w, int64_t *out, sf_error *err)
+{
+    int64_t ts = w->opts.clock(w->opts.clock_ctx);
+    if (ts < w->last_timestamp) {
+        int64_t behind = w->last_timestamp - ts;
+        if (behind > w->opts.max_clock_backward_wait_ms) {
+            w->stats.clock_backward_errors++;
+            sf_fail(err, SF_ERR_CLOCK_BACKWARDS,
+                    "Clock moved backwards.  Refusing to generate id for %" PRId64 " milliseconds",
+                    behind);
+            if (err != NULL)
+                err->behind_ms = behind;
+            return SF_ERR_CLOCK_BACKWARDS;
+        }
+        w->stats.clock_backward_waits++;
+        while (ts < w->last_timestamp) {
+            w->opts.sleep(w->opts.clock_ctx, w->last_timestamp - ts);
+            ts = w->opts.clock(w->opts.clock_ctx);
+        }
+    }
+    if (ts < w->opts.epoch_ms || ts - w->opts.epoch_ms > SF_MAX_TIMESTAMP_DELTA)
+        return sf_fail(err, SF_ERR_CLOCK,
+                       "clock reads %" PRId64 " ms, outside the 41-bit range after epoch %" PRId64,
+                       ts, w->opts.epoch_ms);
+    *out = ts;
+    return SF_OK;
+}
+
+/* Picks the (timestamp, sequence) of the next id given a fresh clock reading
+ * ts >= last_timestamp, as the original nextId does. */
+static int64_t do_advance(sf_worker *w, int64_t ts)
+{
+    if (ts == w->last_timestamp) {
+        w->sequence = (w->sequence + 1) & SF_SEQUENCE_MASK;
+        if (w->sequence == 0) {
+            ts = do_til_next_millis(w, w->last_timestamp);
+            w->sequence = do_first_sequence(w);
+        }
+    } else {
+        w->sequence = do_first_sequence(w);
+    }
+    w->last_timestamp = ts;
+    return ts;
+}
+
+static inline int64_t do_make_id(const sf_worker *w, int64_t ts, int64_t sequence)
+{
+    return ((ts - w->opts.epoch_ms) << SF_TIMESTAMP_SHIFT) | w->id_bits | sequence;
+}
+
+int sf_worker_next_id(sf_worker *w, int64_t *id, sf_error *err)
+{
+    int64_t ts;
+    sf_lock_acquire(&w->lock);
+    int rc = do_read_clock(w, &ts, err);
+    if (rc == SF_OK) {
+        ts = do_advance(w, ts);
+        *id = do_make_id(w, ts, w->sequence);
+        w->stats.ids_generated++;
+    }
+    sf_lock_release(&w->lock);
+    return rc;
+}
+
+int sf_worker_next_ids(sf_worker *w, int64_t *ids, size_t count, sf_error *err)
+{
+    size_t done = 0;
+    int rc = SF_OK;
+    sf_lock_acquire(&w->lock);
+    while (done < count) {
+        int64_t ts;
+        rc = do_read_clock(w, &ts, err);
+        if (rc != SF_OK)
+            break;
+        ts = do_advance(w, ts);
+        /* Take the rest of this millisecond's sequence numbers in one run. */
+        size_t run = (size_t)(SF_SEQUENCE_MASK - w->sequence) + 1;
+        if (run > count - done)
+            run = count - done;
+        int64_t base = do_make_id(w, ts, w->sequence);
+        for (size_t i = 0; i < run; i++)
+            ids[done + i] = base + (int64_t)i;
+        w->sequence += (int64_t)run - 1;
+        done += run;
+    }
+    if (rc == SF_OK)
+        w->stats.ids_generated += count;
+    sf_lock_release(&w->lock);
+    return rc;
+}
+
+int64_t sf_worker_worker_id(const sf_worker *w)
+{
+    return w->opts.worker_id;
+}
+
+int64_t sf_worker_datacenter_id(const sf_worker *w)
+{
+    return w->opts.datacenter_id;
+}
+
+int64_t sf_worker_epoch(const sf_worker *w)
+{
+    return w->opts.epoch_ms;
+}
+
+int64_t sf_worker_last_timestamp(sf_worker *w)
+{
+    sf_lock_acquire(&w->lock);
+    int64_t ts = w->last_timestamp;
+    sf_lock_release(&w->lock);
+    return ts;
+}
+
+void sf_worker_advance_last_timestamp(sf_worker *w, int64_t ts)
+{
+    sf_lock_acquire(&w->lock);
+    if (ts > w->last_timestamp) {
+        w->last_timestamp = ts;
+        /* Any id in the millisecond ts may be taken: start after it. */
+        w->sequence = SF_SEQUENCE_MASK;
+    }
+    sf_lock_release(&w->lock);
+}
+
+void sf_worker_get_stats(sf_worker *w, sf_worker_stats *out)
+{
+    sf_lock_acquire(&w->lock);
+    *out = w->stats;
+    sf_lock_release(&w->lock);
+}
+
+void sf_worker_set_sequence(sf_worker *w, int64_t sequence)
+{
+    sf_lock_acquire(&w->lock);
+    w->sequence = sequence & SF_SEQUENCE_MASK;
+    sf_lock_release(&w->lock);
+}
