@@ -1,0 +1,164 @@
+/* cli.c -- the `snowflake` command-line tool: decodes ids into their fields.
+ *
+ * Usage errors exit 2; bad ids are reported after the good ones are decoded,
+ * with exit 1, so a pipeline keeps every result it can get. */
+#define _POSIX_C_SOURCE 200809L
+#include "snowflake.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void cli_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: snowflake [OPTIONS] COMMAND [ARGS]\n"
+            "\n"
+            "Commands:\n"
+            "  decode [--json] [--epoch MS] [ID...]\n"
+            "                 print the fields of each id (from the arguments, or one per\n"
+            "                 line on standard input): time, datacenter, worker, sequence\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help     show this help\n"
+            "\n"
+            "Ids are decimal integers 0..%" PRId64 ". The default epoch is Twitter's, %lld ms.\n",
+            INT64_MAX, (long long)SF_TWITTER_EPOCH_MS);
+}
+
+/* Parses a decimal int64 with nothing after it. false on any junk or overflow. */
+static bool cli_parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '\0')
+        return false;
+    long long v = strtoll(s, &end, 10);
+    while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')
+        end++;
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Prints one id in the chosen format; the table header is printed once by the caller. */
+static void cli_print_decoded(const sf_decoded *d, bool json)
+{
+    char when[SF_ISO8601_MAX];
+    sf_format_iso8601(d->timestamp_ms, when, sizeof when);
+    if (json)
+        printf("{\"id\":%" PRId64 ",\"id_str\":\"%" PRId64 "\",\"timestamp_ms\":%" PRId64
+               ",\"time\":\"%s\",\"datacenter_id\":%" PRId64 ",\"worker_id\":%" PRId64
+               ",\"sequence\":%" PRId64 "}\n",
+               d->id, d->id, d->timestamp_ms, when, d->datacenter_id, d->worker_id, d->sequence);
+    else
+        printf("%-20" PRId64 " %-25s %-14" PRId64 " %10" PRId64 " %6" PRId64 " %8" PRId64 "\n",
+               d->id, when, d->timestamp_ms, d->datacenter_id, d->worker_id, d->sequence);
+}
+
+/* Decodes one textual id; returns false (after printing why) if it is not one. */
+static bool cli_decode_one(const char *text, int64_t epoch, bool json)
+{
+    int64_t id;
+    sf_decoded d;
+    sf_error err;
+    if (!cli_parse_i64(text, &id)) {
+        fprintf(stderr, "snowflake: '%s' is not an id: expected a decimal integer 0..%" PRId64 "\n",
+                text, INT64_MAX);
+        return false;
+    }
+    if (sf_decode(id, epoch, &d, &err) != SF_OK) {
+        fprintf(stderr, "snowflake: %s\n", err.message);
+        return false;
+    }
+    cli_print_decoded(&d, json);
+    return true;
+}
+
+static int cli_decode(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, 'j' },
+        { "epoch", required_argument, NULL, 'e' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    bool json = false;
+    int64_t epoch = SF_TWITTER_EPOCH_MS;
+    int c;
+    optind = 1;
+    opterr = 0;
+    /* "+": stop at the first id, so that negative ids reach the decoder and
+     * are reported as ids, not as unknown options. */
+    while ((c = getopt_long(argc, argv, "+je:h", longopts, NULL)) != -1) {
+        if (c == '?' && optopt >= '0' && optopt <= '9') {
+            optind--; /* "-5": an id, to be refused with its value */
+            break;
+        }
+        switch (c) {
+        case 'j':
+            json = true;
+            break;
+        case 'e':
+            if (!cli_parse_i64(optarg, &epoch) || epoch < 0) {
+                fprintf(stderr, "snowflake: --epoch '%s' is not valid: expected ms 0..%" PRId64 "\n",
+                        optarg, INT64_MAX);
+                return 2;
+            }
+            break;
+        case 'h':
+            cli_usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "snowflake: decode: unknown option '%s'\n", argv[optind - 1]);
+            cli_usage(stderr);
+            return 2;
+        }
+    }
+    if (!json)
+        printf("%-20s %-25s %-14s %10s %6s %8s\n", "id", "time (UTC)", "unix_ms", "datacenter",
+               "worker", "sequence");
+    int bad = 0;
+    if (optind < argc) {
+        for (int i = optind; i < argc; i++)
+            bad += !cli_decode_one(argv[i], epoch, json);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while ((len = getline(&line, &cap, stdin)) != -1) {
+            line[strcspn(line, "\r\n")] = '\0';
+            if (line[0] == '\0')
+                continue;
+            bad += !cli_decode_one(line, epoch, json);
+        }
+        free(line);
+    }
+    if (bad > 0) {
+        fprintf(stderr, "snowflake: %d input%s could not be decoded\n", bad, bad == 1 ? "" : "s");
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        cli_usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        cli_usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "decode") == 0)
+        return cli_decode(argc - 1, argv + 1);
+    fprintf(stderr, "snowflake: unknown command '%s' (try 'snowflake --help')\n", argv[1]);
+    return 2;
+}
