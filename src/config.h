@@ -1,0 +1,70 @@
+/* config.h -- snowflaked's settings: one struct, filled from the key file, then
+ * SNOWFLAKE_<KEY> environment variables, then command-line flags, and
+ * validated in one place before anything is bound or registered. */
+#ifndef SF_CONFIG_H
+#define SF_CONFIG_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SF_CONFIG_ERROR (sf_config_error_quark())
+GQuark sf_config_error_quark(void);
+
+typedef enum {
+    SF_CONFIG_ERROR_FILE,  /* the file cannot be read or parsed */
+    SF_CONFIG_ERROR_VALUE, /* a key holds a value outside its allowed set */
+    SF_CONFIG_ERROR_USAGE, /* a bad command-line flag */
+} sf_config_error_code;
+
+typedef struct sf_config {
+    char *config_file;                /* NULL = built-in defaults only */
+
+    /* [snowflake] -- the original's keys first */
+    int64_t datacenter_id;            /* 0..31 */
+    int64_t worker_id;                /* 0..31; -1 when worker_id = auto */
+    bool worker_id_auto;
+    int server_port;                  /* 0..65535, default 7609; 0 = any free port */
+    int thrift_server_threads;        /* 1..256, default 2 */
+    bool skip_sanity_checks;
+    int64_t startup_sleep_ms;         /* 0..600000, default 0 */
+    char *worker_id_path;             /* default /snowflake-servers */
+    /* ours */
+    char *bind_address;               /* default 0.0.0.0 */
+    int64_t epoch_ms;                 /* default 1288834974657 */
+    int64_t max_clock_backward_wait_ms; /* 0..60000, default 0 */
+    bool random_first_sequence;       /* default false */
+    int max_batch_size;               /* 1..1000000, default 10000 */
+    int max_frame_size;               /* 64..16777216 bytes, default 65536 */
+    int max_connections;              /* 1..1000000, default 16384 */
+    int idle_timeout_ms;              /* 0 (never)..86400000, default 300000 */
+    int frame_timeout_ms;             /* 1..3600000, default 10000 */
+    char *log_level;                  /* error|warning|info|debug, default info */
+
+    /* [zookeeper] */
+    char *zk_hosts;                   /* "" = standalone */
+    int zk_session_timeout_ms;        /* 1000..600000, default 10000 */
+
+    /* [admin] */
+    int admin_port;                   /* 0..65535, default 9990; 0 = disabled */
+    char *admin_bind_address;         /* default 127.0.0.1 */
+} sf_config;
+
+/* Sets every field to its default. */
+void sf_config_init(sf_config *cfg);
+
+/* Fills cfg from argv: --config FILE (or -c) is read first, then SNOWFLAKE_<KEY>
+ * environment variables override it, then the other flags override both.
+ * Consumes the flags it knows from argc/argv. Returns FALSE with *error set,
+ * naming the key and the allowed values, on any bad input. --help prints
+ * usage and sets *help_shown. */
+gboolean sf_config_load(sf_config *cfg, int *argc, char ***argv, gboolean *help_shown,
+                        GError **error);
+
+/* Checks every field's range; the message names the key and its allowed values. */
+gboolean sf_config_validate(const sf_config *cfg, GError **error);
+
+/* Frees the strings cfg owns. */
+void sf_config_clear(sf_config *cfg);
+
+#endif /* SF_CONFIG_H */
