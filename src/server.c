@@ -257,6 +257,14 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
 static bool sf_thread_process_frame(sf_thread *t, const uint8_t *frame, size_t len,
                                     GError **error)
 {
+    /* A strict binary-protocol header is checked here, so that garbage is
+     * reported in our one log line rather than by the library as well. */
+    if (len >= 4 && (frame[0] & 0x80) && (frame[0] != 0x80 || frame[1] != 0x01)) {
+        g_set_error(error, SF_SERVER_ERROR, 0,
+                    "not a binary-protocol message (header %02x%02x%02x%02x, expected 8001....)",
+                    frame[0], frame[1], frame[2], frame[3]);
+        return false;
+    }
     sf_frame_transport_set_input(t->transport, frame, len);
     sf_frame_transport_begin_reply(t->transport);
     if (!thrift_processor_process(t->server->processor, t->protocol, t->protocol, error)) {
