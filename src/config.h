@@ -61,7 +61,8 @@ void sf_config_init(sf_config *cfg);
 gboolean sf_config_load(sf_config *cfg, int *argc, char ***argv, gboolean *help_shown,
                         GError **error);
 
-/* Checks every field's range; the message names the key and its allowed values. */
+/* Checks the rules that span keys (each key's own range is checked as it is
+ * read); the message names the key and its allowed values. */
 gboolean sf_config_validate(const sf_config *cfg, GError **error);
 
 /* Frees the strings cfg owns. */
