@@ -208,20 +208,12 @@ static gboolean sf_config_set_value(sf_config *cfg, const sf_key *k, const char 
     return ok;
 }
 
-/* Reads every key of the file; an unknown group or key is an error, since a
- * misspelt key silently ignored would run the node on a default. */
-static gboolean sf_config_load_file(sf_config *cfg, const char *path, GError **error)
+/* Applies every key of a parsed key file; an unknown group or key is an
+ * error, since a misspelt key silently ignored would run the node on a default. */
+static gboolean sf_config_apply_key_file(sf_config *cfg, GKeyFile *kf, const char *source,
+                                         GError **error)
 {
-    GKeyFile *kf = g_key_file_new();
-    GError *local = NULL;
     gboolean ok = TRUE;
-    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &local)) {
-        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_FILE,
-                    "cannot read config file %s: %s", path, local->message);
-        g_error_free(local);
-        g_key_file_free(kf);
-        return FALSE;
-    }
     char **groups = g_key_file_get_groups(kf, NULL);
     for (char **g = groups; ok && *g != NULL; g++) {
         char **keys = g_key_file_get_keys(kf, *g, NULL, NULL);
@@ -230,20 +222,50 @@ static gboolean sf_config_load_file(sf_config *cfg, const char *path, GError **e
             if (k == NULL) {
                 g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                             "%s: unknown key '%s' in group [%s] (see conf/snowflake.conf for "
-                            "the keys)", path, *key, *g);
+                            "the keys)", source, *key, *g);
                 ok = FALSE;
                 break;
             }
             char *value = g_key_file_get_value(kf, *g, *key, NULL);
-            char *source = g_strdup_printf("%s", path);
             ok = sf_config_set_value(cfg, k, value != NULL ? value : "", source, error);
-            g_free(source);
             g_free(value);
         }
         g_strfreev(keys);
     }
     g_strfreev(groups);
+    return ok;
+}
+
+gboolean sf_config_load_data(sf_config *cfg, const char *data, size_t len, const char *source,
+                             GError **error)
+{
+    GKeyFile *kf = g_key_file_new();
+    GError *local = NULL;
+    gboolean ok = g_key_file_load_from_data(kf, data, len, G_KEY_FILE_NONE, &local);
+    if (!ok) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_FILE, "cannot read config file %s: %s",
+                    source, local->message);
+        g_error_free(local);
+    } else {
+        ok = sf_config_apply_key_file(cfg, kf, source, error);
+    }
     g_key_file_free(kf);
+    return ok;
+}
+
+static gboolean sf_config_load_file(sf_config *cfg, const char *path, GError **error)
+{
+    char *data = NULL;
+    gsize len = 0;
+    GError *local = NULL;
+    if (!g_file_get_contents(path, &data, &len, &local)) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_FILE, "cannot read config file %s: %s",
+                    path, local->message);
+        g_error_free(local);
+        return FALSE;
+    }
+    gboolean ok = sf_config_load_data(cfg, data, len, path, error);
+    g_free(data);
     return ok;
 }
 
