@@ -18,6 +18,7 @@
 #include "handler.h"
 #include "server.h"
 #include "snowflake.h"
+#include "thrift_fix.h"
 
 #define TEST_DATACENTER 3
 #define TEST_WORKER 7
@@ -636,6 +637,7 @@ static Suite *server_suite(void)
 
 int main(void)
 {
+    sf_thrift_fix_struct_finalize(); /* the client's structs too */
     SRunner *sr = srunner_create(server_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
