@@ -15,6 +15,7 @@
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_socket.h>
 
+#include "admin.h"
 #include "handler.h"
 #include "server.h"
 #include "snowflake.h"
@@ -612,6 +613,91 @@ START_TEST(test_graceful_stop_answers_received_frames)
 }
 END_TEST
 
+/* Feeds the admin endpoint from the test's handler and server. */
+static void collect_for_test(sf_admin_snapshot *snap, void *ctx)
+{
+    (void)ctx;
+    sf_handler_stats hs;
+    sf_server_stats ss;
+    sf_handler_get_stats(handler, &hs);
+    sf_server_get_stats(server, &ss);
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "ids_generated", NULL,
+                          (int64_t)hs.ids_generated, "Ids handed out");
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "ids_generated", "web-1", 2, "Per agent");
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "frames_refused", NULL,
+                          (int64_t)ss.frames_refused, "Bad frames");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, hs.worker_id, "Worker id");
+    char *reason = NULL;
+    gboolean serving = sf_handler_is_serving(handler, &reason);
+    sf_admin_snapshot_set_health(snap, serving, reason);
+    g_free(reason);
+}
+
+/* Sends a GET over a raw socket and returns the whole response. */
+static char *http_get(int admin_port, const char *path)
+{
+    int saved = port;
+    port = admin_port;
+    int fd = raw_connect();
+    port = saved;
+    char *req = g_strdup_printf("GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    send_all(fd, req, strlen(req));
+    g_free(req);
+    GString *resp = g_string_new(NULL);
+    char buf[4096];
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        ck_assert_msg(poll(&pf, 1, 5000) == 1, "no HTTP response within 5 s");
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0)
+            break;
+        g_string_append_len(resp, buf, n);
+    }
+    close(fd);
+    return g_string_free(resp, FALSE);
+}
+
+START_TEST(test_admin_endpoints)
+{
+    GError *err = NULL;
+    sf_admin *admin = sf_admin_start("127.0.0.1", 0, collect_for_test, NULL, &err);
+    ck_assert_msg(admin != NULL, "%s", err ? err->message : "?");
+    int aport = sf_admin_port(admin);
+    ck_assert_int_gt(aport, 0);
+    client *c = client_open();
+    client_get_id(c, "web-1");
+    client_get_id(c, "web-1");
+    client_close(c);
+
+    char *r = http_get(aport, "/stats.json");
+    ck_assert_msg(g_str_has_prefix(r, "HTTP/1.0 200") || g_str_has_prefix(r, "HTTP/1.1 200"), "%s", r);
+    ck_assert_msg(strstr(r, "\"counters\":{\"ids_generated\":2,\"ids_generated_web-1\":2,"
+                            "\"frames_refused\":0}") != NULL, "%s", r);
+    ck_assert_msg(strstr(r, "\"gauges\":{\"worker_id\":7}") != NULL, "%s", r);
+    g_free(r);
+
+    r = http_get(aport, "/metrics");
+    ck_assert_msg(strstr(r, "# TYPE snowflake_ids_generated_total counter\n"
+                            "snowflake_ids_generated_total 2\n") != NULL, "%s", r);
+    ck_assert_msg(strstr(r, "snowflake_ids_generated_by_agent_total{agent=\"web-1\"} 2\n"), "%s", r);
+    ck_assert_msg(strstr(r, "# TYPE snowflake_worker_id gauge\nsnowflake_worker_id 7\n"), "%s", r);
+    g_free(r);
+
+    r = http_get(aport, "/health");
+    ck_assert_msg(strstr(r, " 200 ") && strstr(r, "serving"), "%s", r);
+    g_free(r);
+    sf_handler_set_serving(handler, FALSE, "fenced: ZooKeeper session lost");
+    r = http_get(aport, "/health");
+    ck_assert_msg(strstr(r, " 503 ") && strstr(r, "fenced: ZooKeeper session lost"), "%s", r);
+    g_free(r);
+
+    r = http_get(aport, "/nothing-here");
+    ck_assert_msg(strstr(r, " 404 ") != NULL, "%s", r);
+    g_free(r);
+    sf_admin_stop(admin);
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
     Suite *s = suite_create("server");
@@ -631,6 +717,7 @@ static Suite *server_suite(void)
     tcase_add_test(tc, test_per_agent_counts);
     tcase_add_test(tc, test_max_connections);
     tcase_add_test(tc, test_graceful_stop_answers_received_frames);
+    tcase_add_test(tc, test_admin_endpoints);
     suite_add_tcase(s, tc);
     return s;
 }
