@@ -32,7 +32,8 @@ class FakeClock:
         return {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME_TIMESTAMP_FILE": self.path,
                 "FAKETIME_NO_CACHE": "1",
                 # with --enable-sanitizers, ASan need not be first in the library list
-                "ASAN_OPTIONS": "verify_asan_link_order=0"}
+                "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"),
+                                                       "verify_asan_link_order=0"]))}
 
     def remove(self):
         os.unlink(self.path)
