@@ -1,8 +1,11 @@
-/* cli.c -- the `snowflake` command-line tool: decodes ids into their fields.
+/* cli.c -- the `snowflake` command-line tool: decodes ids into their fields,
+ * and asks a running snowflaked for ids (the id, ids and info commands live
+ * in cli_rpc.c).
  *
  * Usage errors exit 2; bad ids are reported after the good ones are decoded,
  * with exit 1, so a pipeline keeps every result it can get. */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_rpc.h"
 #include "snowflake.h"
 
 #include <errno.h>
@@ -20,7 +23,9 @@ static void cli_usage(FILE *out)
             "Commands:\n"
             "  decode [--json] [--epoch MS] [ID...]\n"
             "                 print the fields of each id (from the arguments, or one per\n"
-            "                 line on standard input): time, datacenter, worker, sequence\n"
+            "                 line on standard input): time, datacenter, worker, sequence\n");
+    cli_rpc_usage(out);
+    fprintf(out,
             "\n"
             "Options:\n"
             "  -h, --help     show this help\n"
@@ -159,6 +164,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "decode") == 0)
         return cli_decode(argc - 1, argv + 1);
+    if (cli_rpc_handles(argv[1]))
+        return cli_rpc_main(argc, argv);
     fprintf(stderr, "snowflake: unknown command '%s' (try 'snowflake --help')\n", argv[1]);
     return 2;
 }

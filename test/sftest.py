@@ -1,0 +1,238 @@
+"""sftest.py -- shared parts of the end-to-end tests: start and always stop a
+real snowflaked on a free loopback port, talk to it through the Python client
+generated from thrift/snowflake.thrift, and count passes and failures."""
+import atexit
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+TOP_BUILDDIR = os.environ.get("top_builddir", ".")
+TOP_SRCDIR = os.environ.get("top_srcdir", ".")
+SNOWFLAKED = os.path.join(TOP_BUILDDIR, "src", "snowflaked")
+SNOWFLAKE_CLI = os.path.join(TOP_BUILDDIR, "src", "snowflake")
+TWITTER_EPOCH_MS = 1288834974657
+SKIP = 77  # automake's exit status for a skipped test
+
+sys.path.insert(0, os.path.join(TOP_BUILDDIR, "thrift", "gen-py"))
+from snowflake_thrift import Snowflake  # noqa: E402  (generated at build time)
+from snowflake_thrift.ttypes import (  # noqa: E402,F401
+    InvalidRequestError, InvalidSystemClock, InvalidUserAgentError, ServiceUnavailable)
+from thrift.protocol import TBinaryProtocol  # noqa: E402
+from thrift.transport import TSocket, TTransport  # noqa: E402
+
+_running = []
+
+
+def _stop_all():
+    """Stops every server still running when the test exits, however it exits."""
+    for server in list(_running):
+        server.stop()
+
+
+atexit.register(_stop_all)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+def require_server():
+    """Skips the test (exit 77) when this build has no snowflaked to test."""
+    if not os.access(SNOWFLAKED, os.X_OK):
+        print("%s is not built: nothing to test against" % SNOWFLAKED)
+        sys.exit(SKIP)
+
+
+def free_port():
+    """A loopback port that was free a moment ago (for the admin listener)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(extra=None):
+    """The test's environment without inherited SNOWFLAKE_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNOWFLAKE_")}
+    env.update(extra or {})
+    return env
+
+
+class Server:
+    """One snowflaked process on 127.0.0.1 with --port 0; .port is the port it
+    reports in its "listening on ADDR:PORT" line. Use as a context manager."""
+
+    def __init__(self, args=(), env=None, admin=False, prefix=(), worker_id=1,
+                 datacenter_id=2):
+        self.admin_port = free_port() if admin else 0
+        self.argv = list(prefix) + [
+            SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
+            "--admin-port", str(self.admin_port)] + list(args)
+        if worker_id is not None:  # None: leave it to the file or the environment
+            self.argv += ["--worker-id", str(worker_id)]
+        if datacenter_id is not None:
+            self.argv += ["--datacenter-id", str(datacenter_id)]
+        self.env = clean_env(env)
+        self.proc = None
+        self.port = None
+        self.lines = []
+        self._listening = threading.Event()
+
+    def start(self, timeout=10.0):
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, errors="replace")
+        _running.append(self)
+        threading.Thread(target=self._read_log, daemon=True).start()
+        if not self._listening.wait(timeout):
+            self.stop()
+            raise AssertionError("snowflaked did not log 'listening on' within %.0f s; log:\n%s"
+                                 % (timeout, self.log()))
+        if self.admin_port:
+            self._wait_admin(timeout)
+        return self
+
+    def _read_log(self):
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            m = re.search(r"listening on [^\s:]+:(\d+)", line)
+            if m and self.port is None:
+                self.port = int(m.group(1))
+                self._listening.set()
+
+    def _wait_admin(self, timeout):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.admin_port), 0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("admin port %d never opened" % self.admin_port)
+
+    def log(self):
+        return "\n".join(self.lines)
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Signals the server and waits; kills it if it does not exit in time.
+        Returns its exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self in _running:
+            _running.remove(self)
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def client(self, timeout=5.0):
+        return Client(self.port, timeout)
+
+    def http(self, path, timeout=5.0):
+        """(status, body) of GET path on the admin port."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.admin_port, path),
+                                        timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+
+class Client:
+    """The generated Python client over a framed, binary-protocol socket."""
+
+    def __init__(self, port, timeout=5.0):
+        self.socket = TSocket.TSocket("127.0.0.1", port)
+        self.socket.setTimeout(timeout * 1000)
+        self.transport = TTransport.TFramedTransport(self.socket)
+        self.protocol = TBinaryProtocol.TBinaryProtocol(self.transport)
+        self.api = Snowflake.Client(self.protocol)
+        self.transport.open()
+
+    def close(self):
+        self.transport.close()
+
+    def __enter__(self):
+        return self.api
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def raw_connect(port, timeout=5.0):
+    """A plain socket, for bytes no Thrift client would send."""
+    s = socket.create_connection(("127.0.0.1", port), timeout)
+    s.settimeout(timeout)
+    return s
+
+
+def closed_by_peer(sock, timeout=5.0):
+    """True if the server closes the connection (EOF or reset) within timeout,
+    discarding anything it sends first."""
+    sock.settimeout(timeout)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline:
+            if sock.recv(4096) == b"":
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def decode(id_):
+    """(unix_ms, datacenter, worker, sequence) of an id."""
+    return ((id_ >> 22) + TWITTER_EPOCH_MS, (id_ >> 17) & 31, (id_ >> 12) & 31, id_ & 4095)
+
+
+class Runner:
+    """Runs named checks, prints each failure, and ends with the summary line
+    "NAME: N passed, M failed"; the exit status is non-zero on any failure."""
+
+    def __init__(self, name):
+        self.name = name
+        self.passed = 0
+        self.failed = 0
+
+    def run(self, func, *args):
+        label = func.__name__
+        started = time.time()
+        try:
+            func(*args)
+            self.passed += 1
+            print("ok   %s (%.2f s)" % (label, time.time() - started), flush=True)
+        except Exception:  # one failing check must not hide the others
+            self.failed += 1
+            print("FAIL %s" % label, flush=True)
+            traceback.print_exc(file=sys.stdout)
+
+    def finish(self):
+        _stop_all()
+        print("%s: %d passed, %d failed" % (self.name, self.passed, self.failed))
+        sys.exit(1 if self.failed else 0)
+
+
+def expect_raises(exc_type, func, *args):
+    """Calls func and returns the exception of exc_type it raises; fails otherwise."""
+    try:
+        result = func(*args)
+    except exc_type as e:
+        return e
+    raise AssertionError("%s%r returned %r, expected %s" % (getattr(func, "__name__", func),
+                                                            args, result, exc_type.__name__))
