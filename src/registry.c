@@ -532,7 +532,7 @@ static int claim_lowest_free(sf_registry *r, int64_t *id, char *err, size_t errl
             return 0;
         }
     }
-    char holders[SF_REGISTRY_ERR_MAX / 2];
+    char holders[SF_REGISTRY_ERR_MAX - 256];
     list_holders(r, holders, sizeof holders);
     set_err(err, errlen, "all %d worker ids under %s are taken: %s", SF_REGISTRY_MAX_WORKERS,
             r->worker_id_path, holders);
@@ -721,7 +721,6 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
         sf_registry_close(r);
         return NULL;
     }
-    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
     if (connect_session(r, err, errlen) != 0) {
         sf_registry_close(r);
         return NULL;

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define SF_REGISTRY_MAX_WORKERS 32
-#define SF_REGISTRY_ERR_MAX 1024
+#define SF_REGISTRY_ERR_MAX 2048
 
 /* Asks the node at host_port for its ids and clock. Returns 0, or -1 with err filled
  * (the peer is unreachable or does not answer within its timeout). */
@@ -73,7 +73,8 @@ typedef struct sf_registry sf_registry;
 void sf_registry_options_init(sf_registry_options *opts);
 
 /* Copies the options and connects to ZooKeeper, waiting up to the session timeout for the
- * session. Returns NULL with err filled on a bad option or when no server answers. */
+ * session. Returns NULL with err filled on a bad option or when no server answers. The
+ * client library logs at its own level: set it with zoo_set_debug_level() first. */
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen);
 
 /* Checks the peers (unless skipped), claims the worker id (static or automatic), and waits
