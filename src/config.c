@@ -43,6 +43,7 @@ static const sf_key sf_keys[] = {
     { "snowflake", "server_port", SF_KEY_INT, SF_FIELD(server_port), 0, 65535 },
     { "snowflake", "thrift_server_threads", SF_KEY_INT, SF_FIELD(thrift_server_threads), 1, 256 },
     { "snowflake", "skip_sanity_checks", SF_KEY_BOOL, SF_FIELD(skip_sanity_checks), 0, 1 },
+    { "snowflake", "skip_unreachable_peers", SF_KEY_BOOL, SF_FIELD(skip_unreachable_peers), 0, 1 },
     { "snowflake", "startup_sleep_ms", SF_KEY_INT64, SF_FIELD(startup_sleep_ms), 0, 600000 },
     { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(worker_id_path), 0, 0 },
     { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(bind_address), 0, 0 },
@@ -58,6 +59,10 @@ static const sf_key sf_keys[] = {
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
     { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(zk_hosts), 0, 0 },
     { "zookeeper", "session_timeout_ms", SF_KEY_INT, SF_FIELD(zk_session_timeout_ms), 1000, 600000 },
+    { "zookeeper", "auth", SF_KEY_STRING, SF_FIELD(zk_auth), 0, 0 },
+    { "zookeeper", "claim_retries", SF_KEY_INT, SF_FIELD(zk_claim_retries), 0, 100 },
+    { "zookeeper", "claim_retry_wait_ms", SF_KEY_INT, SF_FIELD(zk_claim_retry_wait_ms), 0, 600000 },
+    { "zookeeper", "state_interval_ms", SF_KEY_INT, SF_FIELD(zk_state_interval_ms), 100, 60000 },
     { "admin", "http_port", SF_KEY_INT, SF_FIELD(admin_port), 0, 65535 },
     { "admin", "bind_address", SF_KEY_ADDRESS, SF_FIELD(admin_bind_address), 0, 0 },
 };
@@ -83,6 +88,10 @@ void sf_config_init(sf_config *cfg)
     cfg->log_level = g_strdup("info");
     cfg->zk_hosts = g_strdup("");
     cfg->zk_session_timeout_ms = 10000;
+    cfg->zk_auth = g_strdup("");
+    cfg->zk_claim_retries = 2;
+    cfg->zk_claim_retry_wait_ms = 10000;
+    cfg->zk_state_interval_ms = 2000;
     cfg->admin_port = 9990;
     cfg->admin_bind_address = g_strdup("127.0.0.1");
 }
@@ -481,6 +490,12 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
                     "[snowflake] worker_id_path = '%s' is not valid: allowed an absolute "
                     "ZooKeeper path without a trailing slash, e.g. /snowflake-servers",
                     cfg->worker_id_path);
+        return FALSE;
+    }
+    if (cfg->zk_auth[0] != '\0' && (cfg->zk_auth[0] == ':' || strchr(cfg->zk_auth, ':') == NULL)) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
+                    "[zookeeper] auth is not valid: allowed user:password (digest "
+                    "authentication), or empty for none");
         return FALSE;
     }
     if (cfg->epoch_ms > sf_clock_now_ms()) {

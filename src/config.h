@@ -28,6 +28,7 @@ typedef struct sf_config {
     int server_port;                  /* 0..65535, default 7609; 0 = any free port */
     int thrift_server_threads;        /* 1..256, default 2 */
     bool skip_sanity_checks;
+    bool skip_unreachable_peers;      /* default false: an unreachable peer stops start-up */
     int64_t startup_sleep_ms;         /* 0..600000, default 0 */
     char *worker_id_path;             /* default /snowflake-servers */
     /* ours */
@@ -45,6 +46,10 @@ typedef struct sf_config {
     /* [zookeeper] */
     char *zk_hosts;                   /* "" = standalone */
     int zk_session_timeout_ms;        /* 1000..600000, default 10000 */
+    char *zk_auth;                    /* "user:password" for digest auth + ACLs; "" = none */
+    int zk_claim_retries;             /* 0..100, default 2: tries more for a taken static id */
+    int zk_claim_retry_wait_ms;       /* 0..600000, default 10000 */
+    int zk_state_interval_ms;         /* 100..60000, default 2000: last timestamp recorded */
 
     /* [admin] */
     int admin_port;                   /* 0..65535, default 9990; 0 = disabled */

@@ -1,0 +1,98 @@
+#!/bin/sh
+# zk-server.sh -- starts, stops and restarts a throwaway ZooKeeper server for the tests.
+#
+#   zk-server.sh start DIR     start a standalone server on a free 127.0.0.1 port with its
+#                              data in DIR (created); prints 127.0.0.1:PORT once it serves.
+#                              A later start on the same DIR reuses the port and the data.
+#   zk-server.sh stop DIR      stop the server started on DIR (no error if none runs)
+#   zk-server.sh restart DIR   stop, then start again on the same port and data
+#
+# The server is Debian's `zookeeper` package run directly (ZooKeeperServerMain), so no
+# system service, no /etc change and no port outside the loopback address is involved.
+set -eu
+
+die() { echo "zk-server.sh: $*" >&2; exit 1; }
+
+[ $# -eq 2 ] || die "usage: zk-server.sh start|stop|restart DIR"
+cmd=$1
+dir=$2
+ZK_JAR=${ZK_JAR:-/usr/share/java/zookeeper.jar}
+ZK_CONF_DIR=${ZK_CONF_DIR:-/etc/zookeeper/conf}
+
+# Asks the server whether it is healthy ("ruok" answered with "imok").
+ruok() {
+  python3 - "$1" <<'PY'
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.5)
+    s.sendall(b"ruok")
+    sys.exit(0 if s.recv(4) == b"imok" else 1)
+except OSError:
+    sys.exit(1)
+PY
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+stop() {
+  [ -f "$dir/pid" ] || return 0
+  pid=$(cat "$dir/pid")
+  rm -f "$dir/pid"
+  kill "$pid" 2>/dev/null || return 0
+  i=0
+  while kill -0 "$pid" 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -gt 100 ]; then kill -9 "$pid" 2>/dev/null || true; break; fi
+    sleep 0.05
+  done
+}
+
+start() {
+  [ -f "$ZK_JAR" ] || die "$ZK_JAR not found: apt-get install zookeeper"
+  command -v java >/dev/null || die "java not found: apt-get install zookeeper (it depends on a JRE)"
+  mkdir -p "$dir/data"
+  dir=$(cd "$dir" && pwd)
+  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+    die "a server already runs on $dir (pid $(cat "$dir/pid"))"
+  fi
+  [ -f "$dir/port" ] || free_port >"$dir/port"
+  port=$(cat "$dir/port")
+  # tickTime 200 ms lets tests use sessions from 400 ms up to 60 s.
+  cat >"$dir/zoo.cfg" <<CFG
+tickTime=200
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+minSessionTimeout=400
+maxSessionTimeout=60000
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,mntr,cons
+CFG
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp "$ZK_CONF_DIR:$ZK_JAR" -Dzookeeper.log.dir="$dir" \
+    -Dzookeeper.root.logger=WARN,CONSOLE -Dzookeeper.admin.enableServer=false \
+    org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" \
+    >>"$dir/server.log" 2>&1 </dev/null &
+  echo $! >"$dir/pid"
+  i=0
+  until ruok "$port"; do
+    i=$((i + 1))
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      rm -f "$dir/pid"
+      tail -20 "$dir/server.log" >&2
+      die "ZooKeeper exited during start-up (log: $dir/server.log)"
+    fi
+    [ $i -lt 300 ] || { stop; die "ZooKeeper did not answer on 127.0.0.1:$port within 30 s"; }
+    sleep 0.1
+  done
+  echo "127.0.0.1:$port"
+}
+
+case $cmd in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  *) die "unknown command '$cmd' (allowed: start, stop, restart)" ;;
+esac
