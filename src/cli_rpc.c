@@ -2,6 +2,7 @@
  * through the generated Thrift client (framed transport, binary protocol). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
+#include "connect.h"
 
 #include "snowflake.h"
 
@@ -11,8 +12,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <glib-object.h>
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
@@ -193,38 +192,23 @@ static void cli_rpc_close(cli_rpc_conn *conn)
     memset(conn, 0, sizeof *conn);
 }
 
-/* Connects and bounds every later read and write by the timeout, so a server
- * that accepts but never answers cannot hang the tool. False after printing
+/* Connects within the timeout and bounds every later read and write by it, so
+ * a host that never answers or a server that never replies cannot hang the tool. False after printing
  * "cannot connect to HOST:PORT: reason". */
 static bool cli_rpc_open(cli_rpc_conn *conn, const cli_rpc_options *opts)
 {
-    GError *error = NULL;
+    char why[256];
     memset(conn, 0, sizeof *conn);
-    conn->socket = g_object_new(THRIFT_TYPE_SOCKET, "hostname", opts->host, "port", opts->port,
-                                NULL);
+    conn->socket = sf_connect_thrift_socket(opts->host, opts->port, opts->timeout_ms, why,
+                                            sizeof why);
+    if (conn->socket == NULL) {
+        fprintf(stderr, "snowflake: cannot connect to %s:%d: %s\n", opts->host, opts->port, why);
+        return false;
+    }
     conn->transport = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", conn->socket, NULL);
     conn->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", conn->transport, NULL);
     conn->client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", conn->protocol,
                                 "output_protocol", conn->protocol, NULL);
-    if (!thrift_transport_open(conn->transport, &error)) {
-        /* ThriftSocket says "failed to connect to host H:P - reason"; keep the reason. */
-        const char *why = error != NULL ? error->message : "unknown error";
-        const char *dash = strstr(why, " - ");
-        fprintf(stderr, "snowflake: cannot connect to %s:%d: %s\n", opts->host, opts->port,
-                dash != NULL ? dash + 3 : why);
-        g_clear_error(&error);
-        cli_rpc_close(conn);
-        return false;
-    }
-    struct timeval tv = { .tv_sec = opts->timeout_ms / 1000,
-                          .tv_usec = (opts->timeout_ms % 1000) * 1000 };
-    if (setsockopt(conn->socket->sd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-        setsockopt(conn->socket->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
-        fprintf(stderr, "snowflake: cannot connect to %s:%d: setting a %d ms timeout failed: %s\n",
-                opts->host, opts->port, opts->timeout_ms, strerror(errno));
-        cli_rpc_close(conn);
-        return false;
-    }
     return true;
 }
 

@@ -6,12 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_socket.h>
 
+#include "connect.h"
 #include "sf_thrift_snowflake.h"
 
 /* Splits "host:port" (the original's node data); false if the port is not 1..65535. */
@@ -39,7 +38,13 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
         snprintf(err, errlen, "'%s' is not host:port with a port 1..65535", host_port);
         return -1;
     }
-    ThriftSocket *sock = g_object_new(THRIFT_TYPE_SOCKET, "hostname", host, "port", port, NULL);
+    char cerr[256];
+    ThriftSocket *sock = sf_connect_thrift_socket(host, port, timeout_ms, cerr, sizeof cerr);
+    if (sock == NULL) {
+        snprintf(err, errlen, "cannot connect to %s: %s", host_port, cerr);
+        g_free(host);
+        return -1;
+    }
     ThriftTransport *framed = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", sock, NULL);
     ThriftProtocol *proto = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", framed, NULL);
     SfThriftSnowflakeIf *client =
@@ -48,24 +53,14 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
     GError *error = NULL;
     gint64 w = -1, d = -1, t = 0;
     int rc = -1;
-    if (!thrift_transport_open(THRIFT_TRANSPORT(framed), &error)) {
-        snprintf(err, errlen, "cannot connect to %s: %s", host_port,
+    if (!sf_thrift_snowflake_if_get_worker_id(client, &w, &error) ||
+        !sf_thrift_snowflake_if_get_datacenter_id(client, &d, &error) ||
+        !sf_thrift_snowflake_if_get_timestamp(client, &t, &error))
+        snprintf(err, errlen, "%s did not answer within %d ms: %s", host_port, timeout_ms,
                  error ? error->message : "unknown error");
-    } else {
-        struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-        if (setsockopt(sock->sd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-            setsockopt(sock->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
-            snprintf(err, errlen, "cannot set a %d ms timeout on the socket to %s", timeout_ms,
-                     host_port);
-        else if (!sf_thrift_snowflake_if_get_worker_id(client, &w, &error) ||
-                 !sf_thrift_snowflake_if_get_datacenter_id(client, &d, &error) ||
-                 !sf_thrift_snowflake_if_get_timestamp(client, &t, &error))
-            snprintf(err, errlen, "%s did not answer within %d ms: %s", host_port, timeout_ms,
-                     error ? error->message : "unknown error");
-        else
-            rc = 0;
-        thrift_transport_close(THRIFT_TRANSPORT(framed), NULL);
-    }
+    else
+        rc = 0;
+    thrift_transport_close(THRIFT_TRANSPORT(framed), NULL);
     if (error)
         g_error_free(error);
     g_object_unref(client);

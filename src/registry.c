@@ -20,6 +20,9 @@
 
 #define PATH_MAX_LEN 1024
 #define DATA_MAX_LEN 512
+/* A peer answering worker id -1 is between creating its node and using the id: ask again. */
+#define PEER_STARTING_TRIES 20
+#define PEER_STARTING_WAIT_MS 50
 
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
@@ -298,7 +301,13 @@ static int check_peers(sf_registry *r, char *err, size_t errlen)
             continue;
         int64_t pw = -1, pd = -1, pt = 0;
         reg_log(r, "info", "checking peer %s (worker id %" PRId64 ")", peer, id);
-        if (r->o.query_peer(r->o.peer_ctx, peer, &pw, &pd, &pt, perr, sizeof perr) != 0) {
+        int qrc = r->o.query_peer(r->o.peer_ctx, peer, &pw, &pd, &pt, perr, sizeof perr);
+        /* A peer that has just created its node may not have taken the id yet. */
+        for (int wait = 0; qrc == 0 && pw == -1 && wait < PEER_STARTING_TRIES; wait++) {
+            sleep_ms(PEER_STARTING_WAIT_MS);
+            qrc = r->o.query_peer(r->o.peer_ctx, peer, &pw, &pd, &pt, perr, sizeof perr);
+        }
+        if (qrc != 0) {
             if (r->o.skip_unreachable_peers) {
                 reg_log(r, "warning", "peer %s (worker id %" PRId64 ") is unreachable, skipped: %s",
                         peer, id, perr);
@@ -639,6 +648,12 @@ static int claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_m
         return -1;
     }
     return 0;
+}
+
+/* Level 0 turns the client library's logging off entirely. */
+void sf_registry_set_client_logging(bool verbose)
+{
+    zoo_set_debug_level(verbose ? ZOO_LOG_LEVEL_WARN : (ZooLogLevel)0);
 }
 
 void sf_registry_options_init(sf_registry_options *opts)

@@ -69,12 +69,16 @@ typedef struct sf_registry_options {
 
 typedef struct sf_registry sf_registry;
 
+/* Sets the ZooKeeper client library's own logging: its warnings when verbose, else nothing
+ * (it would log every refused reconnect while ZooKeeper is down). Call before any other. */
+void sf_registry_set_client_logging(bool verbose);
+
 /* Fills the defaults listed above; hosts, host_port and the callbacks stay NULL. */
 void sf_registry_options_init(sf_registry_options *opts);
 
 /* Copies the options and connects to ZooKeeper, waiting up to the session timeout for the
  * session. Returns NULL with err filled on a bad option or when no server answers. The
- * client library logs at its own level: set it with zoo_set_debug_level() first. */
+ * client library logs at its own level: set it with sf_registry_set_client_logging() first. */
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen);
 
 /* Checks the peers (unless skipped), claims the worker id (static or automatic), and waits

@@ -12,17 +12,25 @@
 #include "admin.h"
 #include "config.h"
 #include "handler.h"
+#include "peer.h"
+#include "registry.h"
 #include "server.h"
 #include "snowflake.h"
 
 /* How long a stop may take to flush replies to slow readers. */
 #define SF_STOP_TIMEOUT_MS 5000
+/* How long a peer has to answer each call of the sanity checks, as the original. */
+#define SF_PEER_TIMEOUT_MS 1000
 
 typedef struct sf_daemon {
     sf_config cfg;
     SfHandler *handler;
     sf_server *server;
     sf_admin *admin;
+    sf_registry *registry;   /* NULL when standalone */
+    int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
+    GMutex worker_lock;      /* guards worker: the registry's thread reads and replaces it */
+    sf_worker *worker;       /* the current worker (owned by the handler), NULL before a claim */
     int signal_fd;
 } sf_daemon;
 
@@ -180,34 +188,167 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     return TRUE;
 }
 
-/* Claims the worker id and opens the gate. Standalone mode (no ZooKeeper
- * hosts) uses the configured ids as they are. */
-static gboolean sf_daemon_register(sf_daemon *d)
+/* Makes a worker for worker_id with the configured datacenter, epoch and clock options,
+ * hands it to the handler and remembers it as current. NULL after logging why. */
+static sf_worker *sf_daemon_new_worker(sf_daemon *d, int64_t worker_id)
 {
-    if (d->cfg.zk_hosts != NULL && d->cfg.zk_hosts[0] != '\0') {
-        g_critical("[zookeeper] hosts = '%s': ZooKeeper registration is not available in this "
-                   "build; leave hosts empty to run standalone with the configured worker_id",
-                   d->cfg.zk_hosts);
-        return FALSE;
-    }
     sf_worker_options wo;
     sf_error err;
     sf_worker_options_init(&wo);
     wo.datacenter_id = d->cfg.datacenter_id;
-    wo.worker_id = d->cfg.worker_id;
+    wo.worker_id = worker_id;
     wo.epoch_ms = d->cfg.epoch_ms;
     wo.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
     wo.random_first_sequence = d->cfg.random_first_sequence;
     sf_worker *w = sf_worker_new(&wo, &err);
     if (w == NULL) {
         g_critical("cannot create the id worker: %s", err.message);
-        return FALSE;
+        return NULL;
     }
     g_message("worker starting. timestamp left shift %d, datacenter id bits %d, worker id bits "
               "%d, sequence bits %d, workerid %" G_GINT64_FORMAT ", datacenterid %" G_GINT64_FORMAT,
               SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS, SF_WORKER_ID_BITS, SF_SEQUENCE_BITS,
               sf_worker_worker_id(w), sf_worker_datacenter_id(w));
     sf_handler_set_worker(d->handler, w);
+    g_mutex_lock(&d->worker_lock);
+    d->worker = w;
+    g_mutex_unlock(&d->worker_lock);
+    return w;
+}
+
+/* The current worker, or NULL; it stays valid while the handler lives. */
+static sf_worker *sf_daemon_current_worker(sf_daemon *d)
+{
+    g_mutex_lock(&d->worker_lock);
+    sf_worker *w = d->worker;
+    g_mutex_unlock(&d->worker_lock);
+    return w;
+}
+
+/* The registry records this as the held id's last timestamp (restart safety). */
+static int64_t sf_daemon_last_timestamp(void *ctx)
+{
+    sf_worker *w = sf_daemon_current_worker(ctx);
+    return w != NULL ? sf_worker_last_timestamp(w) : -1;
+}
+
+/* Routes the registry's messages into our log. */
+static void sf_daemon_registry_log(void *ctx, const char *level, const char *message)
+{
+    (void)ctx;
+    if (strcmp(level, "error") == 0)
+        g_critical("%s", message);
+    else if (strcmp(level, "warning") == 0)
+        g_warning("%s", message);
+    else
+        g_message("%s", message);
+}
+
+/* The gate follows the registry: serving opens it with a worker for the id held (a new
+ * worker when the id changed) whose ids stay after floor_ms; not serving closes it with
+ * the reason, which get_id and /health report. Runs on the registry's thread. */
+static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
+                               const char *reason)
+{
+    sf_daemon *d = ctx;
+    if (!serving) {
+        g_warning("fenced: refusing ids: %s", reason);
+        sf_handler_set_serving(d->handler, FALSE, reason);
+        return;
+    }
+    sf_worker *w = sf_daemon_current_worker(d);
+    if (w == NULL || sf_worker_worker_id(w) != worker_id) {
+        w = sf_daemon_new_worker(d, worker_id);
+        if (w == NULL) {
+            sf_handler_set_serving(d->handler, FALSE, "cannot create the id worker");
+            return;
+        }
+    }
+    if (floor_ms >= 0)
+        sf_worker_advance_last_timestamp(w, floor_ms);
+    g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
+              reason != NULL ? reason : "registered");
+    sf_handler_set_serving(d->handler, TRUE, NULL);
+}
+
+/* The node data peers and tools use to reach us: the bound address, or the host name
+ * when bound to every interface. */
+static char *sf_daemon_host_port(sf_daemon *d)
+{
+    const char *addr = d->cfg.bind_address;
+    gboolean any = strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0 || addr[0] == '\0';
+    return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
+}
+
+/* Connects to ZooKeeper, checks the peers and claims a worker id (waiting out the
+ * timestamp recorded for it), then waits startup_sleep_ms and lets the registry's thread
+ * drive the gate. False after logging why: start-up must stop. */
+static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
+{
+    char err[SF_REGISTRY_ERR_MAX];
+    char *host_port = sf_daemon_host_port(d);
+    sf_registry_options ro;
+    sf_registry_options_init(&ro);
+    ro.hosts = d->cfg.zk_hosts;
+    ro.session_timeout_ms = d->cfg.zk_session_timeout_ms;
+    ro.worker_id_path = d->cfg.worker_id_path;
+    ro.worker_id = d->cfg.worker_id_auto ? -1 : d->cfg.worker_id;
+    ro.datacenter_id = d->cfg.datacenter_id;
+    ro.host_port = host_port;
+    ro.claim_retries = d->cfg.zk_claim_retries;
+    ro.claim_retry_wait_ms = d->cfg.zk_claim_retry_wait_ms;
+    ro.skip_sanity_checks = d->cfg.skip_sanity_checks;
+    ro.skip_unreachable_peers = d->cfg.skip_unreachable_peers;
+    ro.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
+    ro.state_interval_ms = d->cfg.zk_state_interval_ms;
+    ro.auth = d->cfg.zk_auth[0] != '\0' ? d->cfg.zk_auth : NULL;
+    d->peer_timeout_ms = SF_PEER_TIMEOUT_MS;
+    ro.query_peer = sf_peer_query;
+    ro.peer_ctx = &d->peer_timeout_ms;
+    ro.on_state = sf_daemon_on_state;
+    ro.state_ctx = d;
+    ro.last_timestamp = sf_daemon_last_timestamp;
+    ro.last_ts_ctx = d;
+    ro.log = sf_daemon_registry_log;
+    g_message("registering as %s under %s in ZooKeeper %s", host_port, d->cfg.worker_id_path,
+              d->cfg.zk_hosts);
+    d->registry = sf_registry_new(&ro, err, sizeof err);
+    g_free(host_port);
+    if (d->registry == NULL) {
+        g_critical("cannot register in ZooKeeper: %s", err);
+        return FALSE;
+    }
+    int64_t worker_id = -1, floor_ms = -1;
+    if (sf_registry_claim(d->registry, &worker_id, &floor_ms, err, sizeof err) != 0) {
+        g_critical("cannot claim a worker id: %s", err);
+        return FALSE;
+    }
+    /* Peers starting now ask for our id as soon as our node exists. */
+    sf_worker *w = sf_daemon_new_worker(d, worker_id);
+    if (w == NULL)
+        return FALSE;
+    if (floor_ms >= 0)
+        sf_worker_advance_last_timestamp(w, floor_ms);
+    if (d->cfg.startup_sleep_ms > 0) {
+        g_message("waiting startup_sleep_ms = %" G_GINT64_FORMAT " ms before serving",
+                  d->cfg.startup_sleep_ms);
+        g_usleep((gulong)d->cfg.startup_sleep_ms * 1000);
+    }
+    if (sf_registry_watch(d->registry, err, sizeof err) != 0) {
+        g_critical("%s", err);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+/* Claims the worker id and opens the gate. Standalone mode (no ZooKeeper
+ * hosts) uses the configured ids as they are. */
+static gboolean sf_daemon_register(sf_daemon *d)
+{
+    if (d->cfg.zk_hosts != NULL && d->cfg.zk_hosts[0] != '\0')
+        return sf_daemon_register_zookeeper(d);
+    if (sf_daemon_new_worker(d, d->cfg.worker_id) == NULL)
+        return FALSE;
     sf_handler_set_serving(d->handler, TRUE, NULL);
     return TRUE;
 }
@@ -235,6 +376,13 @@ static void sf_daemon_serve(sf_daemon *d)
 /* Stops accepting, answers what has arrived, and frees everything. */
 static void sf_daemon_shutdown(sf_daemon *d)
 {
+    if (d->handler != NULL)
+        sf_handler_set_serving(d->handler, FALSE, "stopping");
+    if (d->registry != NULL) {
+        /* Records the last timestamp and ends the session: our node goes at once. */
+        sf_registry_close(d->registry);
+        d->registry = NULL;
+    }
     if (d->server != NULL) {
         sf_server_stop(d->server, SF_STOP_TIMEOUT_MS);
         sf_server_stats ss;
@@ -247,6 +395,7 @@ static void sf_daemon_shutdown(sf_daemon *d)
         g_object_unref(d->handler);
     if (d->signal_fd >= 0)
         close(d->signal_fd);
+    g_mutex_clear(&d->worker_lock);
     sf_config_clear(&d->cfg);
 }
 
@@ -267,6 +416,8 @@ int main(int argc, char **argv)
         return 0;
     }
     sf_daemon_set_log_level(d.cfg.log_level);
+    sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
+    g_mutex_init(&d.worker_lock);
     int status = 1;
     if (sf_daemon_block_signals(&d) && sf_daemon_listen(&d) && sf_daemon_register(&d)) {
         sf_daemon_serve(&d);

@@ -1,0 +1,20 @@
+/* connect.h -- opens a Thrift client socket with a bound on the connect itself, not only on reads. */
+#ifndef SF_CONNECT_H
+#define SF_CONNECT_H
+
+#include <stddef.h>
+#include <thrift/c_glib/transport/thrift_socket.h>
+
+/* Connects a TCP socket to host:port (a name or an address; every address the name
+ * resolves to is tried) within timeout_ms in all, and bounds each later read and write by
+ * timeout_ms. Returns the connected, blocking descriptor, or -1 with err saying why
+ * ("connection refused", "no answer within 1000 ms", ...). */
+int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t errlen);
+
+/* A ThriftSocket already open on a connection made by sf_connect_tcp(): wrap it in a
+ * transport and use it without calling thrift_transport_open(). Returns NULL with err
+ * filled when the connection fails. Free with g_object_unref(), which closes it. */
+ThriftSocket *sf_connect_thrift_socket(const char *host, int port, int timeout_ms, char *err,
+                                       size_t errlen);
+
+#endif /* SF_CONNECT_H */
