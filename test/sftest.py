@@ -87,7 +87,7 @@ class Server:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, errors="replace")
         _running.append(self)
-        threading.Thread(target=self._read_log, daemon=True).start()
+        threading.Thread(target=self._read_log, name="sf-log-%d" % id(self), daemon=True).start()
         if not self._listening.wait(timeout):
             self.stop()
             raise AssertionError("snowflaked did not log 'listening on' within %.0f s; log:\n%s"
@@ -97,6 +97,7 @@ class Server:
         return self
 
     def _read_log(self):
+        """Collects the log lines and notes the port of the "listening on" line."""
         for line in self.proc.stderr:
             self.lines.append(line.rstrip("\n"))
             m = re.search(r"listening on [^\s:]+:(\d+)", line)
@@ -116,6 +117,41 @@ class Server:
 
     def log(self):
         return "\n".join(self.lines)
+
+    def wait_for(self, pattern, timeout=10.0):
+        """The first match of the regular expression pattern in the log, waiting up to
+        timeout seconds; fails naming the pattern if it never appears or the server exits."""
+        deadline = time.time() + timeout
+        while True:
+            for line in list(self.lines):
+                m = re.search(pattern, line)
+                if m:
+                    return m
+            if time.time() >= deadline or (self.proc.poll() is not None and
+                                           not self._log_open()):
+                raise AssertionError("no log line matching %r within %.0f s (exit status %r); "
+                                     "log:\n%s" % (pattern, timeout, self.proc.poll(), self.log()))
+            time.sleep(0.05)
+
+    def _log_open(self):
+        """True while the log reader may still add lines."""
+        return any(t.name == "sf-log-%d" % id(self) for t in threading.enumerate())
+
+    def wait_exit(self, timeout=10.0):
+        """The exit status once the server exits by itself; fails if it still runs after
+        timeout seconds (it is then stopped)."""
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError("snowflaked still runs after %.0f s; log:\n%s"
+                                 % (timeout, self.log()))
+        deadline = time.time() + 5
+        while self._log_open() and time.time() < deadline:
+            time.sleep(0.02)
+        if self in _running:
+            _running.remove(self)
+        return rc
 
     def stop(self, sig=signal.SIGTERM, timeout=10.0):
         """Signals the server and waits; kills it if it does not exit in time.
@@ -236,3 +272,41 @@ def expect_raises(exc_type, func, *args):
         return e
     raise AssertionError("%s%r returned %r, expected %s" % (getattr(func, "__name__", func),
                                                             args, result, exc_type.__name__))
+
+
+class ZooKeeper:
+    """A throwaway ZooKeeper server (test/zk-server.sh) on a free loopback port with its
+    data in a temporary directory; always stopped when the test exits. .hosts is
+    "127.0.0.1:PORT"; stop() and start() keep the port and the data."""
+
+    def __init__(self):
+        import tempfile
+        self.script = os.path.join(TOP_SRCDIR, "test", "zk-server.sh")
+        self.dir = tempfile.mkdtemp(prefix="sf-zk-")
+        self.hosts = None
+        atexit.register(self.remove)
+
+    def start(self):
+        out = subprocess.run(["sh", self.script, "start", self.dir], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+        if out.returncode != 0:
+            raise AssertionError("ZooKeeper did not start: %s" % out.stderr)
+        self.hosts = out.stdout.strip().splitlines()[-1]
+        return self
+
+    def stop(self):
+        subprocess.run(["sh", self.script, "stop", self.dir], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30)
+
+    def remove(self):
+        """Stops the server and deletes its data."""
+        import shutil
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def client(self):
+        """A started kazoo client (Debian's python3-kazoo)."""
+        from kazoo.client import KazooClient
+        zk = KazooClient(hosts=self.hosts, timeout=10)
+        zk.start(timeout=10)
+        return zk

@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""test_zk_server.py -- snowflaked registered in a real ZooKeeper, end to end: static
+and automatic claims, conflicts, exhaustion, the peer sanity checks, fencing, restart
+safety, SIGTERM, and snowflake-zk against live holders. One ZooKeeper server serves
+every check; each check uses its own worker_id_path. Every process is stopped however
+the test ends."""
+import json
+import os
+import subprocess
+import time
+
+import sftest
+from sftest import Server, ServiceUnavailable, decode, expect_raises
+
+PY = "/usr/bin/python3"
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+SESSION_MS = 2000
+ZK = sftest.ZooKeeper()
+
+
+def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=False):
+    """A snowflaked registering under path in the test's ZooKeeper, with a short session
+    and no retries, so every failure shows at once."""
+    args = ["--zookeeper", ZK.hosts,
+            "--set", "snowflake.worker_id_path=%s" % path,
+            "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS,
+            "--set", "zookeeper.claim_retries=0",
+            "--set", "zookeeper.state_interval_ms=200"] + list(extra)
+    return Server(args, env=env, admin=admin, worker_id=worker_id, datacenter_id=datacenter_id)
+
+
+def serving(server, timeout=15.0):
+    """Waits until the server serves; returns the worker id it holds."""
+    m = server.wait_for(r"serving ids as worker id (\d+)", timeout)
+    return int(m.group(1))
+
+
+def refused(server, text, timeout=15.0):
+    """Waits for the server to stop by itself, non-zero, with text in its log."""
+    rc = server.wait_exit(timeout)
+    assert rc not in (0, None), "exit status %r, expected non-zero; log:\n%s" % (rc, server.log())
+    assert text in server.log(), "%r not in the log:\n%s" % (text, server.log())
+
+
+def dead_port():
+    """A loopback port nothing listens on (it was free a moment ago)."""
+    return sftest.free_port()
+
+
+def zk_tool(*args):
+    """Runs scripts/snowflake-zk against the test's ZooKeeper: (exit status, output)."""
+    tool = os.path.join(sftest.TOP_SRCDIR, "scripts", "snowflake-zk")
+    out = subprocess.run([PY, tool, "--zookeeper", ZK.hosts] + list(args),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    return out.returncode, out.stdout
+
+
+def static_claim_conflict_and_sigterm():
+    """A static id is claimed with our host:port as data; a second server wanting it exits
+    naming the holder; SIGTERM frees the node at once and records the last timestamp."""
+    zk = ZK.client()
+    try:
+        first = zk_server("/static", worker_id=5).start()
+        assert serving(first) == 5
+        data, stat = zk.get("/static/5")
+        assert data.decode() == "127.0.0.1:%d" % first.port, data
+        assert stat.ephemeralOwner != 0, "the worker node must be ephemeral"
+        with first.client() as api:
+            assert api.get_worker_id() == 5
+            _, dc, worker, _ = decode(api.get_id("zktest"))
+            assert (dc, worker) == (2, 5), (dc, worker)
+        second = zk_server("/static", worker_id=5).start()
+        refused(second, "127.0.0.1:%d" % first.port)
+        assert "worker id 5 is already held" in second.log(), second.log()
+        assert first.stop() == 0
+        assert zk.exists("/static/5") is None, "the node outlived SIGTERM"
+        recorded = int(zk.get("/static-state/5")[0])
+        assert abs(recorded - time.time() * 1000) < 10000, recorded
+        third = zk_server("/static", worker_id=5).start()
+        assert serving(third) == 5, "a restarted node must claim the freed id at once"
+        third.stop()
+    finally:
+        zk.stop()
+
+
+def eight_auto_servers_get_distinct_ids():
+    """Eight servers with worker_id = auto started at once hold eight distinct ids."""
+    servers = [zk_server("/auto", worker_id="auto") for _ in range(8)]
+    for s in servers:
+        s.start()
+    ids = [serving(s, 30) for s in servers]
+    assert sorted(ids) == list(range(8)), ids
+    zk = ZK.client()
+    try:
+        assert sorted(int(k) for k in zk.get_children("/auto")) == list(range(8))
+        assert zk.get_children("/auto-locks") == [], "lock nodes left behind"
+    finally:
+        zk.stop()
+    for s in servers:
+        with s.client() as api:
+            worker = decode(api.get_id("zktest"))[2]
+        assert worker == ids[servers.index(s)]
+        s.stop()
+
+
+def exhaustion_lists_holders():
+    """With all 32 ids taken, an auto server exits listing the holders."""
+    zk = ZK.client()
+    try:
+        for i in range(32):
+            zk.create("/full/%d" % i, b"127.0.0.1:%d" % (1000 + i), ephemeral=True,
+                      makepath=True)
+        s = zk_server("/full", worker_id="auto",
+                      extra=["--set", "snowflake.skip_sanity_checks=true"]).start()
+        refused(s, "all 32 worker ids under /full are taken")
+        assert "0=127.0.0.1:1000" in s.log() and "31=127.0.0.1:1031" in s.log(), s.log()
+    finally:
+        zk.stop()
+
+
+def peer_in_another_datacenter():
+    """A peer reporting another datacenter id stops start-up."""
+    peer = zk_server("/dc", worker_id=1, datacenter_id=3).start()
+    serving(peer)
+    s = zk_server("/dc", worker_id=2, datacenter_id=2).start()
+    refused(s, "datacenter id insanity")
+    peer.stop()
+
+
+def peer_clock_30_seconds_ahead():
+    """A peer whose clock is 30 s ahead (libfaketime) fails the timestamp check."""
+    if not os.path.exists(FAKETIME_LIB):
+        raise AssertionError("%s is missing: apt-get install faketime" % FAKETIME_LIB)
+    peer = zk_server("/clock", worker_id=1,
+                     env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+30s"}).start()
+    serving(peer)
+    with peer.client() as api:
+        skew = api.get_timestamp() - time.time() * 1000
+    assert 25000 < skew < 35000, "faketime did not move the peer's clock: %d ms" % skew
+    s = zk_server("/clock", worker_id=2).start()
+    refused(s, "timestamp sanity check failed")
+    peer.stop()
+
+
+def unreachable_peer():
+    """A registered peer nobody answers for stops start-up, naming it; with
+    skip_unreachable_peers the server starts."""
+    zk = ZK.client()
+    try:
+        gone = "127.0.0.1:%d" % dead_port()
+        zk.create("/unreach/4", gone.encode(), ephemeral=True, makepath=True)
+        s = zk_server("/unreach", worker_id=1).start()
+        refused(s, "peer %s holding worker id 4 under /unreach is unreachable" % gone)
+        s = zk_server("/unreach", worker_id=1,
+                      extra=["--set", "snowflake.skip_unreachable_peers=true"]).start()
+        assert serving(s) == 1
+        s.stop()
+    finally:
+        zk.stop()
+
+
+def restart_safety_waits_or_refuses():
+    """A recorded timestamp ahead of the clock: within max_clock_backward_wait_ms the server
+    waits then serves ids after it; beyond it, it exits saying how far behind it is."""
+    zk = ZK.client()
+    try:
+        ahead = int(time.time() * 1000) + 1500
+        zk.create("/rs-state/6", str(ahead).encode(), makepath=True)
+        s = zk_server("/rs", worker_id=6,
+                      extra=["--set", "snowflake.max_clock_backward_wait_ms=5000"]).start()
+        serving(s)
+        assert "waiting" in s.log(), s.log()
+        with s.client() as api:
+            ts = decode(api.get_id("zktest"))[0]
+        assert ts > ahead, "id at %d, not after the recorded %d" % (ts, ahead)
+        s.stop()
+        zk.set("/rs-state/6", str(int(time.time() * 1000) + 120000).encode())
+        s = zk_server("/rs", worker_id=6,
+                      extra=["--set", "snowflake.max_clock_backward_wait_ms=1000"]).start()
+        refused(s, "behind the last timestamp recorded for worker id 6")
+        assert zk.exists("/rs/6") is None, "a refused node must not keep the id"
+    finally:
+        zk.stop()
+
+
+def ops_tool_against_live_holders():
+    """snowflake-zk list/inspect/stale/check with live holders; check fails once a holder
+    reports another datacenter."""
+    a = zk_server("/ops", worker_id=1).start()
+    b = zk_server("/ops", worker_id=2).start()
+    serving(a)
+    serving(b)
+    rc, out = zk_tool("--path", "/ops", "list")
+    assert rc == 0, out
+    assert "127.0.0.1:%d" % a.port in out and "127.0.0.1:%d" % b.port in out, out
+    rc, out = zk_tool("--path", "/ops", "inspect", "2")
+    assert rc == 0 and "worker_id=2" in out and "datacenter_id=2" in out, out
+    rc, out = zk_tool("--path", "/ops", "--json", "stale")
+    assert rc == 0 and json.loads(out) == [], out
+    rc, out = zk_tool("--path", "/ops", "check")
+    assert rc == 0, out
+    other = zk_server("/ops", worker_id=3, datacenter_id=4,
+                      extra=["--set", "snowflake.skip_sanity_checks=true"]).start()
+    serving(other)
+    rc, out = zk_tool("--path", "/ops", "check")
+    assert rc == 1 and "datacenter" in out, out
+    for s in (a, b, other):
+        s.stop()
+
+
+def fencing_and_reregistration():
+    """ZooKeeper down longer than the session timeout: ids are refused with
+    ServiceUnavailable and /health is 503 with the reason; once it is back the node
+    registers again and serves."""
+    s = zk_server("/fence", worker_id=7, admin=True).start()
+    serving(s)
+    with s.client() as api:
+        api.get_id("zktest")
+    ZK.stop()
+    try:
+        deadline = time.time() + 3 * SESSION_MS / 1000.0
+        fenced = None
+        while time.time() < deadline and fenced is None:
+            with s.client() as api:
+                try:
+                    api.get_id("zktest")
+                    time.sleep(0.1)
+                except ServiceUnavailable as e:
+                    fenced = e
+        assert fenced is not None, "still handing out ids with ZooKeeper down; log:\n" + s.log()
+        assert "ZooKeeper" in fenced.message, fenced.message
+        status, body = s.http("/health")
+        assert status == 503 and "ZooKeeper" in body, (status, body)
+        time.sleep(SESSION_MS / 1000.0)  # longer than the session timeout in all
+    finally:
+        ZK.start()
+    deadline = time.time() + 20
+    worker = None
+    while time.time() < deadline and worker is None:
+        with s.client() as api:
+            try:
+                worker = decode(api.get_id("zktest"))[2]
+            except ServiceUnavailable:
+                time.sleep(0.2)
+    assert worker == 7, "not serving again as 7 (%r); log:\n%s" % (worker, s.log())
+    assert s.http("/health")[0] == 200
+    assert "claimed again" in s.log(), s.log()
+    zk = ZK.client()
+    try:
+        assert zk.get("/fence/7")[0].decode() == "127.0.0.1:%d" % s.port
+    finally:
+        zk.stop()
+    s.stop()
+
+
+def main():
+    sftest.require_server()
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        print("python3-kazoo is not installed: apt-get install python3-kazoo")
+        raise SystemExit(1)
+    ZK.start()
+    r = sftest.Runner("test_zk_server")
+    r.run(static_claim_conflict_and_sigterm)
+    r.run(eight_auto_servers_get_distinct_ids)
+    r.run(exhaustion_lists_holders)
+    r.run(peer_in_another_datacenter)
+    r.run(peer_clock_30_seconds_ahead)
+    r.run(unreachable_peer)
+    r.run(restart_safety_waits_or_refuses)
+    r.run(ops_tool_against_live_holders)
+    r.run(fencing_and_reregistration)
+    r.finish()
+
+
+if __name__ == "__main__":
+    main()
