@@ -8,9 +8,9 @@ cli="$b/src/snowflake"
 server="$b/src/snowflaked"
 fails=0; passes=0
 tmp=$(mktemp -d)
-server_pid=; mute_pid=
+server_pid=; mute_pid=; full_pid=
 cleanup() {
-  for p in $server_pid $mute_pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in $server_pid $mute_pid $full_pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -128,6 +128,32 @@ else
     check "stopped server named" "cannot connect to 127.0.0.1:$port: Connection refused" "$out"
   fi
 fi
+
+# ---- a server whose accept queue is full: the connect itself must time out ----
+# A backlog of 0 holds one connection; SYNs beyond it are dropped, so a plain
+# blocking connect would wait for the kernel's retries (minutes).
+python3 -c '
+import socket, sys, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(0)
+port = l.getsockname()[1]
+held = []
+for _ in range(3):
+    c = socket.socket(); c.setblocking(False)
+    try:
+        c.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    held.append(c)
+time.sleep(0.2)
+print(port, flush=True)
+time.sleep(600)
+' >"$tmp/full.port" &
+full_pid=$!
+i=0; while [ ! -s "$tmp/full.port" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+port=$(cat "$tmp/full.port")
+out=$(timeout 20 "$cli" --port "$port" --timeout-ms 300 info 2>&1); rc=$?
+check "full accept queue exit" "3" "$rc"
+check "full accept queue says no answer" "cannot connect to 127.0.0.1:$port: no answer within 300 ms" "$out"
 
 echo "test_cli_rpc: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
