@@ -148,13 +148,19 @@ static gboolean sf_daemon_block_signals(sf_daemon *d)
     return TRUE;
 }
 
-/* Binds the Thrift port and starts answering; ids stay refused (gate
- * closed) until registration opens it. Then starts the admin endpoint. */
+/* Creates the service's handler with its gate closed: ids are refused until a
+ * worker id is held. */
+static gboolean sf_daemon_new_handler(sf_daemon *d)
+{
+    d->handler = sf_handler_new(d->cfg.max_batch_size);
+    sf_handler_set_serving(d->handler, FALSE, "starting: no worker id registered yet");
+    return TRUE;
+}
+
+/* Binds the Thrift port and starts answering, then starts the admin endpoint. */
 static gboolean sf_daemon_listen(sf_daemon *d)
 {
     GError *err = NULL;
-    d->handler = sf_handler_new(d->cfg.max_batch_size);
-    sf_handler_set_serving(d->handler, FALSE, "starting: no worker id registered yet");
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", d->handler, NULL);
     sf_server_options so;
@@ -341,12 +347,10 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     return TRUE;
 }
 
-/* Claims the worker id and opens the gate. Standalone mode (no ZooKeeper
- * hosts) uses the configured ids as they are. */
-static gboolean sf_daemon_register(sf_daemon *d)
+/* Standalone mode (no ZooKeeper hosts): the configured worker id, serving from the
+ * moment the port is bound. */
+static gboolean sf_daemon_use_static_id(sf_daemon *d)
 {
-    if (d->cfg.zk_hosts != NULL && d->cfg.zk_hosts[0] != '\0')
-        return sf_daemon_register_zookeeper(d);
     if (sf_daemon_new_worker(d, d->cfg.worker_id) == NULL)
         return FALSE;
     sf_handler_set_serving(d->handler, TRUE, NULL);
@@ -419,7 +423,11 @@ int main(int argc, char **argv)
     sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
     g_mutex_init(&d.worker_lock);
     int status = 1;
-    if (sf_daemon_block_signals(&d) && sf_daemon_listen(&d) && sf_daemon_register(&d)) {
+    /* With ZooKeeper: listen first, so peers starting now can check us, then register. */
+    gboolean registered = d.cfg.zk_hosts[0] != '\0';
+    if (sf_daemon_block_signals(&d) && sf_daemon_new_handler(&d) &&
+        (registered || sf_daemon_use_static_id(&d)) && sf_daemon_listen(&d) &&
+        (!registered || sf_daemon_register_zookeeper(&d))) {
         sf_daemon_serve(&d);
         status = 0;
     }
