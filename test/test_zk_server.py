@@ -83,6 +83,22 @@ def static_claim_conflict_and_sigterm():
         zk.stop()
 
 
+def ids_refused_until_startup_sleep_ends():
+    """After the claim and during startup_sleep_ms the node answers its worker id (peers
+    may check it) but refuses get_id; then it serves."""
+    s = zk_server("/sleep", worker_id=3,
+                  extra=["--set", "snowflake.startup_sleep_ms=1500"]).start()
+    s.wait_for(r"waiting startup_sleep_ms")
+    with s.client() as api:
+        assert api.get_worker_id() == 3
+        e = expect_raises(ServiceUnavailable, api.get_id, "zktest")
+        assert "starting" in e.message, e.message
+    assert serving(s) == 3
+    with s.client() as api:
+        assert decode(api.get_id("zktest"))[2] == 3
+    s.stop()
+
+
 def eight_auto_servers_get_distinct_ids():
     """Eight servers with worker_id = auto started at once hold eight distinct ids."""
     servers = [zk_server("/auto", worker_id="auto") for _ in range(8)]
@@ -263,6 +279,7 @@ def main():
     ZK.start()
     r = sftest.Runner("test_zk_server")
     r.run(static_claim_conflict_and_sigterm)
+    r.run(ids_refused_until_startup_sleep_ends)
     r.run(eight_auto_servers_get_distinct_ids)
     r.run(exhaustion_lists_holders)
     r.run(peer_in_another_datacenter)
