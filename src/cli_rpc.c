@@ -52,7 +52,7 @@ void cli_rpc_usage(FILE *out)
             "Connection options (before the command):\n"
             "  --host H       server address (default %s)\n"
             "  --port P       server port 1..65535 (default %d)\n"
-            "  --timeout-ms T give up on a reply after T ms, 1..600000 (default %d)\n"
+            "  --timeout-ms T bound the connect and each reply by T ms, 1..600000 (default %d)\n"
             "Option of id and ids:\n"
             "  --agent A      the user agent sent (default %s); the server accepts a\n"
             "                 letter followed by letters, digits and '-'\n"

@@ -69,6 +69,8 @@ static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t
     return fd;
 }
 
+/* ThriftSocket's own open blocks in connect() for as long as the kernel retries;
+ * this bounds it, trying each resolved address within one overall deadline. */
 int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t errlen)
 {
     if (timeout_ms < 1 || port < 1 || port > 65535) {
@@ -109,6 +111,7 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
     return fd;
 }
 
+/* Hands a connection made with a bounded connect to Thrift's socket transport. */
 ThriftSocket *sf_connect_thrift_socket(const char *host, int port, int timeout_ms, char *err,
                                        size_t errlen)
 {

@@ -28,6 +28,8 @@ static gboolean split_host_port(const char *host_port, char **host, int *port)
     return TRUE;
 }
 
+/* The sanity checks' view of a peer: its ids and clock, every step bounded by the timeout
+ * so one dead peer cannot stall start-up. */
 int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t *datacenter_id,
                   int64_t *timestamp_ms, char *err, size_t errlen)
 {
