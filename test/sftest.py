@@ -67,7 +67,7 @@ class Server:
     reports in its "listening on ADDR:PORT" line. Use as a context manager."""
 
     def __init__(self, args=(), env=None, admin=False, prefix=(), worker_id=1,
-                 datacenter_id=2):
+                 datacenter_id=2, wait_serving=True):
         self.admin_port = free_port() if admin else 0
         self.argv = list(prefix) + [
             SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
@@ -77,6 +77,7 @@ class Server:
         if datacenter_id is not None:
             self.argv += ["--datacenter-id", str(datacenter_id)]
         self.env = clean_env(env)
+        self.wait_serving = wait_serving
         self.proc = None
         self.port = None
         self.lines = []
@@ -94,7 +95,28 @@ class Server:
                                  % (timeout, self.log()))
         if self.admin_port:
             self._wait_admin(timeout)
+        if self.wait_serving:
+            self._wait_serving(timeout)
         return self
+
+    def _wait_serving(self, timeout):
+        """The server listens before it holds a worker id (peers must be able
+        to ask it during registration), so a test that wants ids waits until
+        get_worker_id reports one."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with self.client(timeout=1.0) as api:
+                    if api.get_worker_id() >= 0:
+                        return
+            except (TTransport.TTransportException, OSError):
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise AssertionError("snowflaked did not hold a worker id within %.0f s; log:\n%s"
+                             % (timeout, self.log()))
 
     def _read_log(self):
         for line in self.proc.stderr:

@@ -329,7 +329,7 @@ def test_sigterm_answers_in_flight_and_exits_0():
             result = Snowflake.get_ids_result()
             result.read(client.protocol)
             client.protocol.readMessageEnd()
-            assert seqid == i + 1 and len(result.success) == 1000, (seqid, result)
+            assert seqid == i + 1 and result.success is not None and len(result.success) == 1000, (seqid, result)
         rc = srv.proc.wait(10)
         assert rc == 0, "exit status %s after SIGTERM; log:\n%s" % (rc, srv.log())
         client.close()
