@@ -195,6 +195,34 @@ class Client:
         self.close()
 
 
+class SocketReader:
+    """A Thrift transport over a plain socket, to read replies to raw bytes."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def isOpen(self):
+        return True
+
+    def read(self, n):
+        return self.sock.recv(n)
+
+    def readAll(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("connection closed after %d of %d bytes" % (len(buf), n))
+            buf += chunk
+        return buf
+
+    def write(self, data):
+        self.sock.sendall(data)
+
+    def flush(self):
+        pass
+
+
 def raw_connect(port, timeout=5.0):
     """A plain socket, for bytes no Thrift client would send."""
     s = socket.create_connection(("127.0.0.1", port), timeout)
