@@ -36,9 +36,9 @@
 
 #include <glib-object.h>
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-#include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_memory_buffer.h>
 
+#include "load_wire.h"
 #include "sf_thrift_snowflake.h"
 
 #define BENCH_AGENT "bench"
@@ -201,54 +201,18 @@ static void note_error(bench_state *st, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Reads a big-endian 32-bit integer. */
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* Reads a big-endian 64-bit integer. */
 static int64_t be64(const uint8_t *p)
 {
-    return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
+    return (int64_t)((uint64_t)load_wire_be32(p) << 32 | load_wire_be32(p + 4));
 }
 
-/* Encodes the mode's request once with the generated client into st->request:
- * binary protocol over a framed transport over a memory buffer, so the bytes are
- * exactly what a real Thrift client sends. Returns false with a message on failure. */
+/* Encodes the mode's request once into st->request. */
 static bool encode_request(bench_state *st)
 {
-    GError *error = NULL;
-    ThriftMemoryBuffer *mem = g_object_new(THRIFT_TYPE_MEMORY_BUFFER, "buf_size", 65536, NULL);
-    ThriftTransport *framed = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", mem, NULL);
-    ThriftProtocol *proto = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", framed, NULL);
-    SfThriftSnowflakeClient *client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT,
-                                                   "input_protocol", proto,
-                                                   "output_protocol", proto, NULL);
-    gboolean ok;
-    if (st->opt.mode == MODE_GET_IDS)
-        ok = sf_thrift_snowflake_client_send_get_ids(SF_THRIFT_SNOWFLAKE_IF(client), BENCH_AGENT,
-                                                     st->opt.count, &error);
-    else
-        ok = sf_thrift_snowflake_client_send_get_id(SF_THRIFT_SNOWFLAKE_IF(client), BENCH_AGENT,
-                                                    &error);
-    if (ok && mem->buf->len < 8) {
-        fprintf(stderr, "bench_server: the framed %s request is only %u bytes\n", st->method,
-                mem->buf->len);
-        ok = FALSE;
-    } else if (ok) {
-        st->request_len = mem->buf->len;
-        st->request = g_memdup2(mem->buf->data, mem->buf->len);
-    } else {
-        fprintf(stderr, "bench_server: cannot encode the %s request: %s\n", st->method,
-                error ? error->message : "unknown error");
-        g_clear_error(&error);
-    }
-    g_object_unref(client);
-    g_object_unref(proto);
-    g_object_unref(framed);
-    g_object_unref(mem);
-    return ok;
+    st->request = load_wire_encode(BENCH_AGENT, st->opt.mode == MODE_GET_IDS ? st->opt.count : 0,
+                                    &st->request_len);
+    return st->request != NULL;
 }
 
 /* Sets up the generated client that decodes each connection's first reply. */
@@ -347,7 +311,7 @@ static bool check_reply_header(bench_state *st, bench_conn *c, const uint8_t *p,
         note_error(st, "a %zu-byte reply is too short for a message header", len);
         return false;
     }
-    uint32_t word = be32(p);
+    uint32_t word = load_wire_be32(p);
     if ((word & TB_VERSION_MASK) != TB_VERSION_1) {
         note_error(st, "reply does not start with a binary protocol version (0x%08x)", word);
         return false;
@@ -362,7 +326,7 @@ static bool check_reply_header(bench_state *st, bench_conn *c, const uint8_t *p,
         note_error(st, "reply has message type %d, expected %d (REPLY)", type, TB_REPLY);
         return false;
     }
-    uint32_t name_len = be32(p + 4);
+    uint32_t name_len = load_wire_be32(p + 4);
     size_t method_len = strlen(st->method);
     size_t off = 8 + (size_t)name_len + 4; /* name, seqid */
     if (name_len != method_len || len < off + 3 || memcmp(p + 8, st->method, method_len) != 0) {
@@ -380,7 +344,7 @@ static bool check_reply_header(bench_state *st, bench_conn *c, const uint8_t *p,
     }
     off += 3;
     if (st->opt.mode == MODE_GET_IDS) {
-        if (len < off + 5 || p[off] != TB_TYPE_I64 || be32(p + off + 1) != (uint32_t)st->opt.count) {
+        if (len < off + 5 || p[off] != TB_TYPE_I64 || load_wire_be32(p + off + 1) != (uint32_t)st->opt.count) {
             note_error(st, "get_ids(%d) reply does not hold %d i64 values", st->opt.count,
                        st->opt.count);
             return false;
@@ -511,7 +475,7 @@ static void conn_read(bench_state *st, bench_conn *c, int64_t now)
         }
         if (c->in_len < 4)
             continue;
-        uint32_t frame = be32(c->in);
+        uint32_t frame = load_wire_be32(c->in);
         if (frame == 0 || frame > BENCH_MAX_FRAME) {
             note_error(st, "reply frame length %u is outside 1..%d", frame, BENCH_MAX_FRAME);
             conn_close(st, c);
