@@ -6,6 +6,7 @@
 
 #include <glib.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SF_CONFIG_ERROR (sf_config_error_quark())
@@ -61,7 +62,13 @@ void sf_config_init(sf_config *cfg);
 gboolean sf_config_load(sf_config *cfg, int *argc, char ***argv, gboolean *help_shown,
                         GError **error);
 
-/* Checks every field's range; the message names the key and its allowed values. */
+/* Applies the keys of a key file held in memory (data, len); source names it
+ * in messages. sf_config_load() reads --config files through this. */
+gboolean sf_config_load_data(sf_config *cfg, const char *data, size_t len, const char *source,
+                             GError **error);
+
+/* Checks the rules that span keys (each key's own range is checked as it is
+ * read); the message names the key and its allowed values. */
 gboolean sf_config_validate(const sf_config *cfg, GError **error);
 
 /* Frees the strings cfg owns. */

@@ -1,0 +1,41 @@
+/* admin.h -- sf_admin: the HTTP stats and health endpoint (/stats.json, /metrics, /health) on libmicrohttpd. */
+#ifndef SF_ADMIN_H
+#define SF_ADMIN_H
+
+#include <glib.h>
+#include <stdint.h>
+
+typedef struct sf_admin sf_admin;
+typedef struct sf_admin_snapshot sf_admin_snapshot;
+
+typedef enum { SF_ADMIN_COUNTER, SF_ADMIN_GAUGE } sf_admin_kind;
+
+/* Fills snap with the current figures, on an HTTP thread, for each request.
+ * The admin module knows nothing of where they come from. */
+typedef void (*sf_admin_collect_fn)(sf_admin_snapshot *snap, void *ctx);
+
+/* Adds one figure. name is [a-z_]+ (e.g. "ids_generated"); label, when not
+ * NULL, is a user agent: /stats.json shows it as "<name>_<label>", /metrics
+ * as snowflake_<name>{agent="<label>"}. help is one line for /metrics. */
+void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const char *name,
+                           const char *label, int64_t value, const char *help);
+
+/* Sets the health answer: serving, or not with a reason. */
+void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving,
+                                  const char *reason);
+
+/* Starts serving on bind_address:port (port 0 = any free port). Returns NULL
+ * with *error set, naming the address, when it cannot listen. */
+sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn collect,
+                         void *ctx, GError **error);
+
+/* The port actually bound. */
+int sf_admin_port(const sf_admin *a);
+
+/* Stops the daemon and frees everything. NULL is allowed. */
+void sf_admin_stop(sf_admin *a);
+
+#define SF_ADMIN_ERROR (sf_admin_error_quark())
+GQuark sf_admin_error_quark(void);
+
+#endif /* SF_ADMIN_H */

@@ -1,0 +1,223 @@
+/* frame_transport.c -- SfFrameTransport: a Thrift transport that reads one frame from memory and writes replies into a growable buffer. */
+#include "frame_transport.h"
+
+#include <string.h>
+
+/* Output kept between frames; larger buffers are released on reset. */
+#define SF_FRAME_OUTPUT_RESERVE (64 * 1024)
+
+struct _SfFrameTransport {
+    ThriftTransport parent;
+    const uint8_t *in;
+    size_t in_len, in_pos;
+    uint8_t *out;
+    size_t out_len, out_cap;
+    size_t reply_start; /* offset of the length header of the open reply */
+};
+
+struct _SfFrameTransportClass {
+    ThriftTransportClass parent;
+};
+
+G_DEFINE_TYPE(SfFrameTransport, sf_frame_transport, THRIFT_TYPE_TRANSPORT)
+
+/* Sets the "frame ends early" error every short read reports. */
+static void sf_frame_transport_short(GError **error, size_t want, size_t left)
+{
+    g_set_error(error, THRIFT_TRANSPORT_ERROR, THRIFT_TRANSPORT_ERROR_RECEIVE,
+                "frame ends early: %zu more bytes needed, %zu left", want, left);
+}
+
+/* Always open: the transport is a view of memory. */
+static gboolean sf_frame_transport_is_open(ThriftTransport *transport)
+{
+    (void)transport;
+    return TRUE;
+}
+
+/* Nothing to open or close. */
+static gboolean sf_frame_transport_noop(ThriftTransport *transport, GError **error)
+{
+    (void)transport;
+    (void)error;
+    return TRUE;
+}
+
+/* Copies up to len bytes of the frame; an exhausted frame is an error so that
+ * a truncated request can never make the protocol loop. */
+static gint32 sf_frame_transport_read(ThriftTransport *transport, gpointer buf, guint32 len,
+                                      GError **error)
+{
+    SfFrameTransport *t = (SfFrameTransport *)transport;
+    size_t left = t->in_len - t->in_pos;
+    if (left == 0 && len > 0) {
+        sf_frame_transport_short(error, len, left);
+        return -1;
+    }
+    size_t n = len < left ? len : left;
+    memcpy(buf, t->in + t->in_pos, n);
+    t->in_pos += n;
+    return (gint32)n;
+}
+
+/* Reads exactly len bytes or fails without consuming any. */
+static gint32 sf_frame_transport_read_all(ThriftTransport *transport, gpointer buf, guint32 len,
+                                          GError **error)
+{
+    SfFrameTransport *t = (SfFrameTransport *)transport;
+    size_t left = t->in_len - t->in_pos;
+    if (len > left) {
+        sf_frame_transport_short(error, len, left);
+        return -1;
+    }
+    memcpy(buf, t->in + t->in_pos, len);
+    t->in_pos += len;
+    return (gint32)len;
+}
+
+/* Grows the output to hold extra more bytes. */
+static void sf_frame_transport_reserve(SfFrameTransport *t, size_t extra)
+{
+    if (t->out_len + extra <= t->out_cap)
+        return;
+    size_t cap = t->out_cap ? t->out_cap : 256;
+    while (cap < t->out_len + extra)
+        cap *= 2;
+    t->out = g_realloc(t->out, cap);
+    t->out_cap = cap;
+}
+
+/* Appends to the output buffer; never fails (GLib aborts on no memory). */
+static gboolean sf_frame_transport_write(ThriftTransport *transport, const gpointer buf,
+                                         const guint32 len, GError **error)
+{
+    (void)error;
+    SfFrameTransport *t = (SfFrameTransport *)transport;
+    sf_frame_transport_reserve(t, len);
+    memcpy(t->out + t->out_len, buf, len);
+    t->out_len += len;
+    return TRUE;
+}
+
+/* Refuses containers and strings longer than what is left of the frame
+ * before the protocol allocates for them. */
+static gboolean sf_frame_transport_check_read(ThriftTransport *transport, glong num_bytes,
+                                              GError **error)
+{
+    SfFrameTransport *t = (SfFrameTransport *)transport;
+    size_t left = t->in_len - t->in_pos;
+    if (num_bytes < 0 || (size_t)num_bytes > left) {
+        sf_frame_transport_short(error, num_bytes < 0 ? 0 : (size_t)num_bytes, left);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+/* The frame bounds every message, so size bookkeeping has nothing to do. */
+static gboolean sf_frame_transport_size_noop(ThriftTransport *transport, glong size,
+                                             GError **error)
+{
+    (void)transport;
+    (void)size;
+    (void)error;
+    return TRUE;
+}
+
+SfFrameTransport *sf_frame_transport_new(void)
+{
+    return g_object_new(SF_TYPE_FRAME_TRANSPORT, NULL);
+}
+
+void sf_frame_transport_set_input(SfFrameTransport *t, const uint8_t *data, size_t len)
+{
+    t->in = data;
+    t->in_len = len;
+    t->in_pos = 0;
+}
+
+size_t sf_frame_transport_input_left(const SfFrameTransport *t)
+{
+    return t->in_len - t->in_pos;
+}
+
+void sf_frame_transport_begin_reply(SfFrameTransport *t)
+{
+    sf_frame_transport_reserve(t, 4);
+    t->reply_start = t->out_len;
+    memset(t->out + t->out_len, 0, 4);
+    t->out_len += 4;
+}
+
+void sf_frame_transport_end_reply(SfFrameTransport *t)
+{
+    size_t body = t->out_len - t->reply_start - 4;
+    if (body == 0) {
+        t->out_len = t->reply_start;
+        return;
+    }
+    uint8_t *p = t->out + t->reply_start;
+    p[0] = (uint8_t)(body >> 24);
+    p[1] = (uint8_t)(body >> 16);
+    p[2] = (uint8_t)(body >> 8);
+    p[3] = (uint8_t)body;
+}
+
+void sf_frame_transport_cancel_reply(SfFrameTransport *t)
+{
+    t->out_len = t->reply_start;
+}
+
+const uint8_t *sf_frame_transport_output(const SfFrameTransport *t, size_t *len)
+{
+    *len = t->out_len;
+    return t->out;
+}
+
+void sf_frame_transport_reset_output(SfFrameTransport *t)
+{
+    t->out_len = 0;
+    t->reply_start = 0;
+    if (t->out_cap > SF_FRAME_OUTPUT_RESERVE) {
+        g_free(t->out);
+        t->out = NULL;
+        t->out_cap = 0;
+    }
+}
+
+/* Releases the output buffer. */
+static void sf_frame_transport_finalize(GObject *object)
+{
+    SfFrameTransport *t = SF_FRAME_TRANSPORT(object);
+    g_free(t->out);
+    G_OBJECT_CLASS(sf_frame_transport_parent_class)->finalize(object);
+}
+
+/* Starts with no input and no output buffer. */
+static void sf_frame_transport_init(SfFrameTransport *t)
+{
+    t->in = NULL;
+    t->in_len = t->in_pos = 0;
+    t->out = NULL;
+    t->out_len = t->out_cap = t->reply_start = 0;
+}
+
+/* Implements every virtual method, including the message-size checks. */
+static void sf_frame_transport_class_init(SfFrameTransportClass *klass)
+{
+    ThriftTransportClass *tc = THRIFT_TRANSPORT_CLASS(klass);
+    G_OBJECT_CLASS(klass)->finalize = sf_frame_transport_finalize;
+    tc->is_open = sf_frame_transport_is_open;
+    tc->peek = sf_frame_transport_noop;
+    tc->open = sf_frame_transport_noop;
+    tc->close = sf_frame_transport_noop;
+    tc->read = sf_frame_transport_read;
+    tc->read_all = sf_frame_transport_read_all;
+    tc->read_end = sf_frame_transport_noop;
+    tc->write = sf_frame_transport_write;
+    tc->write_end = sf_frame_transport_noop;
+    tc->flush = sf_frame_transport_noop;
+    tc->checkReadBytesAvailable = sf_frame_transport_check_read;
+    tc->updateKnownMessageSize = sf_frame_transport_size_noop;
+    tc->resetConsumedMessageSize = sf_frame_transport_size_noop;
+    tc->countConsumedMessageBytes = sf_frame_transport_size_noop;
+}

@@ -1,0 +1,806 @@
+/* server.c -- sf_server: a concurrent framed-binary Thrift server on epoll with a fixed pool of threads. */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
+
+#include "frame_transport.h"
+
+/* Pending output above which a connection is not read until it drains: a
+ * client that pipelines without reading cannot make us buffer more. */
+#define SF_OUT_HIGH_WATER (1024 * 1024)
+/* Room for one read beyond the largest frame. */
+#define SF_READ_SLACK (64 * 1024)
+/* How often timeouts are checked, and the longest an idle loop sleeps. */
+#define SF_TICK_MS 50
+#define SF_MAX_EVENTS 128
+
+typedef struct sf_thread sf_thread;
+
+/* One client connection, owned by one thread. Idle, it holds no buffers. */
+typedef struct sf_conn {
+    int fd;
+    bool peer_closed;   /* the client sent FIN: answer what arrived, then close */
+    bool draining;      /* the server is stopping: flush, then close */
+    uint32_t events;    /* the epoll interest currently registered */
+    uint8_t *in;        /* input not processed yet: a partial frame, or frames held back */
+    size_t in_len;
+    uint8_t *out;       /* replies not written yet */
+    size_t out_len, out_off;
+    int64_t last_active_ms;
+    int64_t frame_start_ms; /* when the incomplete frame in `in` began; 0 = none */
+    struct sf_conn *prev, *next;
+    char peer[INET6_ADDRSTRLEN + 8];
+} sf_conn;
+
+/* Counters written by their own thread only, read by anyone. */
+typedef struct sf_thread_stats {
+    atomic_uint_fast64_t accepted, frames_processed, frames_refused, idle_timeouts,
+        frame_timeouts;
+} sf_thread_stats;
+
+struct sf_thread {
+    sf_server *server;
+    int index;
+    pthread_t tid;
+    bool started;
+    int epfd;
+    int wake_fd;           /* eventfd: new connections queued, or stop */
+    GMutex queue_lock;
+    GArray *queue;         /* accepted fds handed to this thread */
+    sf_conn *conns;
+    uint8_t *scratch;      /* every read lands here first */
+    size_t scratch_cap;
+    SfFrameTransport *transport;
+    ThriftProtocol *protocol;
+    int64_t last_tick_ms;
+    sf_thread_stats stats;
+};
+
+struct sf_server {
+    sf_server_options opts;
+    char *bind_address;
+    ThriftProcessor *processor;
+    int listen_fd;
+    int port;
+    sf_thread *threads;
+    int nthreads;
+    unsigned next_thread;  /* round robin for new connections (thread 0 only) */
+    atomic_int open_connections;
+    atomic_uint_fast64_t refused;
+    atomic_int_fast64_t last_refusal_log_ms;
+    atomic_bool stopping;
+    int64_t stop_deadline_ms;
+    bool started, stopped;
+};
+
+/* epoll tags that are not connections. */
+static char sf_tag_listener, sf_tag_wake;
+
+G_DEFINE_QUARK(sf-server-error-quark, sf_server_error)
+
+/* Monotonic milliseconds for timeouts; the coarse clock is cheap enough to
+ * read on every event. */
+static int64_t sf_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Adds n to a counter only its own thread writes: no locked instruction. */
+static void sf_bump(atomic_uint_fast64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+void sf_server_options_init(sf_server_options *opts)
+{
+    opts->bind_address = "0.0.0.0";
+    opts->port = 7609;
+    opts->threads = 2;
+    opts->max_frame_size = 65536;
+    opts->max_connections = 16384;
+    opts->idle_timeout_ms = 300000;
+    opts->frame_timeout_ms = 10000;
+}
+
+/* Registers or updates a connection's epoll interest when it changed. */
+static void sf_conn_set_events(sf_thread *t, sf_conn *c, uint32_t events)
+{
+    if (c->events == events)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+        g_warning("epoll_ctl on connection from %s failed: %s", c->peer, g_strerror(errno));
+    c->events = events;
+}
+
+/* Closes and frees a connection. */
+static void sf_conn_close(sf_thread *t, sf_conn *c)
+{
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        t->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    g_free(c->in);
+    g_free(c->out);
+    g_free(c);
+    atomic_fetch_sub_explicit(&t->server->open_connections, 1, memory_order_relaxed);
+}
+
+/* Takes over an accepted socket: non-blocking, no Nagle delay, watched for input. */
+static void sf_conn_adopt(sf_thread *t, int fd)
+{
+    sf_conn *c = g_new0(sf_conn, 1);
+    c->fd = fd;
+    struct sockaddr_storage addr;
+    socklen_t alen = sizeof addr;
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (getpeername(fd, (struct sockaddr *)&addr, &alen) == 0) {
+        if (addr.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&addr;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+        } else if (addr.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&addr;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+        }
+    }
+    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+        g_debug("TCP_NODELAY on connection from %s failed: %s", c->peer, g_strerror(errno));
+    c->last_active_ms = sf_now_ms();
+    c->events = EPOLLIN | EPOLLRDHUP;
+    struct epoll_event ev = {.events = c->events, .data.ptr = c};
+    c->next = t->conns;
+    if (t->conns)
+        t->conns->prev = c;
+    t->conns = c;
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        g_warning("cannot watch connection from %s: %s", c->peer, g_strerror(errno));
+        sf_conn_close(t, c);
+        return;
+    }
+    sf_bump(&t->stats.accepted, 1);
+}
+
+/* Writes as much pending output as the socket takes. FALSE when the
+ * connection is broken and must be closed. */
+static bool sf_conn_write_pending(sf_conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return true;
+            g_debug("write to %s failed: %s", c->peer, g_strerror(errno));
+            return false;
+        }
+        c->out_off += (size_t)n;
+        c->last_active_ms = sf_now_ms();
+    }
+    g_free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_off = 0;
+    return true;
+}
+
+/* Sends the replies the thread produced for c in one write when possible;
+ * what the socket does not take is kept on the connection. */
+static bool sf_conn_flush(sf_thread *t, sf_conn *c)
+{
+    size_t len;
+    const uint8_t *reply = sf_frame_transport_output(t->transport, &len);
+    size_t sent = 0;
+    bool ok = true;
+    if (len > 0 && c->out_len == 0) {
+        while (sent < len) {
+            ssize_t n = send(c->fd, reply + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    g_debug("write to %s failed: %s", c->peer, g_strerror(errno));
+                    ok = false;
+                }
+                break;
+            }
+            sent += (size_t)n;
+        }
+    }
+    if (ok && sent < len) {
+        /* Compact, then keep the rest for EPOLLOUT. */
+        size_t pending = c->out_len - c->out_off;
+        uint8_t *buf = g_malloc(pending + (len - sent));
+        if (pending)
+            memcpy(buf, c->out + c->out_off, pending);
+        memcpy(buf + pending, reply + sent, len - sent);
+        g_free(c->out);
+        c->out = buf;
+        c->out_off = 0;
+        c->out_len = pending + (len - sent);
+        ok = sf_conn_write_pending(c);
+    }
+    sf_frame_transport_reset_output(t->transport);
+    return ok;
+}
+
+/* Runs the processor over one frame, appending its framed reply to the
+ * thread's output. FALSE with *error when the frame is not a valid call. */
+static bool sf_thread_process_frame(sf_thread *t, const uint8_t *frame, size_t len,
+                                    GError **error)
+{
+    /* A strict binary-protocol header is checked here, so that garbage is
+     * reported in our one log line rather than by the library as well. */
+    if (len >= 4 && (frame[0] & 0x80) && (frame[0] != 0x80 || frame[1] != 0x01)) {
+        g_set_error(error, SF_SERVER_ERROR, 0,
+                    "not a binary-protocol message (header %02x%02x%02x%02x, expected 8001....)",
+                    frame[0], frame[1], frame[2], frame[3]);
+        return false;
+    }
+    sf_frame_transport_set_input(t->transport, frame, len);
+    sf_frame_transport_begin_reply(t->transport);
+    if (!thrift_processor_process(t->server->processor, t->protocol, t->protocol, error)) {
+        sf_frame_transport_cancel_reply(t->transport);
+        return false;
+    }
+    sf_frame_transport_end_reply(t->transport);
+    return true;
+}
+
+/* Reads a big-endian 32-bit frame length. */
+static int64_t sf_be32(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+                     (uint32_t)p[3]);
+}
+
+/* Answers every complete frame in buf[0..len) while output stays under the
+ * high-water mark. Returns the bytes consumed, or -1 when the connection sent
+ * a bad frame and must be closed (the reason is logged once). */
+static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, size_t len)
+{
+    const sf_server_options *o = &t->server->opts;
+    size_t pos = 0;
+    while (len - pos >= 4) {
+        size_t produced;
+        sf_frame_transport_output(t->transport, &produced);
+        if (produced + (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER)
+            break;
+        int64_t flen = sf_be32(buf + pos);
+        if (flen <= 0 || flen > o->max_frame_size) {
+            g_message("closing connection from %s: frame length %" G_GINT64_FORMAT
+                      " is outside 1..%d (max_frame_size)",
+                      c->peer, flen, o->max_frame_size);
+            sf_bump(&t->stats.frames_refused, 1);
+            return -1;
+        }
+        if (len - pos - 4 < (size_t)flen)
+            break;
+        GError *err = NULL;
+        if (!sf_thread_process_frame(t, buf + pos + 4, (size_t)flen, &err)) {
+            g_message("closing connection from %s: malformed frame of %" G_GINT64_FORMAT
+                      " bytes: %s",
+                      c->peer, flen, err != NULL ? err->message : "the processor failed");
+            g_clear_error(&err);
+            sf_bump(&t->stats.frames_refused, 1);
+            return -1;
+        }
+        sf_bump(&t->stats.frames_processed, 1);
+        pos += 4 + (size_t)flen;
+    }
+    return (ssize_t)pos;
+}
+
+/* Chooses the epoll interest from the connection's state: read unless
+ * output is backed up or the client is gone; watch writability while
+ * output is pending. */
+static void sf_conn_update_interest(sf_thread *t, sf_conn *c)
+{
+    size_t pending = c->out_len - c->out_off;
+    uint32_t ev = 0;
+    if (!c->peer_closed && !c->draining && pending < SF_OUT_HIGH_WATER)
+        ev |= EPOLLIN | EPOLLRDHUP;
+    if (pending > 0)
+        ev |= EPOLLOUT;
+    sf_conn_set_events(t, c, ev);
+}
+
+/* Reads once (when do_read), answers the complete frames buffered, sends
+ * the replies and keeps the remainder. Closes the connection when it is
+ * finished or broken; returns false then. */
+static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
+{
+    int64_t now = sf_now_ms();
+    for (;;) {
+        size_t have = c->in_len;
+        bool had_partial = have > 0;
+        if (have > 0) {
+            memcpy(t->scratch, c->in, have);
+            g_free(c->in);
+            c->in = NULL;
+            c->in_len = 0;
+        }
+        if (do_read && have < t->scratch_cap) {
+            ssize_t n;
+            do {
+                n = recv(c->fd, t->scratch + have, t->scratch_cap - have, MSG_DONTWAIT);
+            } while (n < 0 && errno == EINTR);
+            if (n > 0) {
+                have += (size_t)n;
+                c->last_active_ms = now;
+            } else if (n == 0) {
+                c->peer_closed = true;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                g_debug("read from %s failed: %s", c->peer, g_strerror(errno));
+                sf_conn_close(t, c);
+                return false;
+            }
+        }
+        do_read = false;
+        ssize_t used = sf_conn_process(t, c, t->scratch, have);
+        if (used < 0) {
+            sf_conn_flush(t, c); /* best effort: the replies to earlier frames */
+            sf_conn_close(t, c);
+            return false;
+        }
+        size_t left = have - (size_t)used;
+        if (left > 0) {
+            c->in = g_memdup2(t->scratch + used, left);
+            c->in_len = left;
+            if (used > 0 || !had_partial)
+                c->frame_start_ms = now;
+        } else {
+            c->frame_start_ms = 0;
+        }
+        if (!sf_conn_flush(t, c)) {
+            sf_conn_close(t, c);
+            return false;
+        }
+        size_t pending = c->out_len - c->out_off;
+        /* Frames held back for output that has now drained: answer them. */
+        if (used > 0 && c->in_len >= 4 && pending < SF_OUT_HIGH_WATER)
+            continue;
+        if ((c->peer_closed || c->draining) && pending == 0) {
+            if (c->peer_closed && c->in_len > 0) {
+                g_message("closing connection from %s: it closed in the middle of a frame "
+                          "(%zu bytes received)", c->peer, c->in_len);
+                sf_bump(&t->stats.frames_refused, 1);
+            }
+            sf_conn_close(t, c);
+            return false;
+        }
+        sf_conn_update_interest(t, c);
+        return true;
+    }
+}
+
+/* Handles writability: sends pending output, then answers frames held back
+ * while the output was backed up. Returns false when c was closed. */
+static bool sf_conn_writable(sf_thread *t, sf_conn *c)
+{
+    if (!sf_conn_write_pending(c)) {
+        sf_conn_close(t, c);
+        return false;
+    }
+    size_t pending = c->out_len - c->out_off;
+    if (pending < SF_OUT_HIGH_WATER && c->in_len > 0)
+        return sf_conn_serve(t, c, false);
+    if (pending == 0 && (c->peer_closed || c->draining)) {
+        sf_conn_close(t, c);
+        return false;
+    }
+    sf_conn_update_interest(t, c);
+    return true;
+}
+
+/* Logs refused connections at most once a second, with how many. */
+static void sf_server_log_refusal(sf_server *s)
+{
+    uint64_t total = atomic_fetch_add(&s->refused, 1) + 1;
+    int64_t now = sf_now_ms();
+    int64_t last = atomic_load(&s->last_refusal_log_ms);
+    if (now - last >= 1000 && atomic_compare_exchange_strong(&s->last_refusal_log_ms, &last, now))
+        g_warning("refusing connection: %d connections open (max_connections); "
+                  "%" G_GUINT64_FORMAT " refused so far",
+                  s->opts.max_connections, total);
+}
+
+/* Accepts waiting connections (thread 0 owns the listener) and deals them
+ * round robin to the threads. */
+static void sf_thread_accept(sf_thread *t)
+{
+    sf_server *s = t->server;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                g_warning("accept on port %d failed: %s", s->port, g_strerror(errno));
+            return;
+        }
+        if (atomic_fetch_add(&s->open_connections, 1) >= s->opts.max_connections) {
+            atomic_fetch_sub(&s->open_connections, 1);
+            close(fd);
+            sf_server_log_refusal(s);
+            continue;
+        }
+        sf_thread *target = &s->threads[s->next_thread++ % (unsigned)s->nthreads];
+        if (target == t) {
+            sf_conn_adopt(t, fd);
+            continue;
+        }
+        g_mutex_lock(&target->queue_lock);
+        g_array_append_val(target->queue, fd);
+        g_mutex_unlock(&target->queue_lock);
+        uint64_t one = 1;
+        if (write(target->wake_fd, &one, sizeof one) != sizeof one)
+            g_warning("cannot wake server thread %d: %s", target->index, g_strerror(errno));
+    }
+}
+
+/* Takes the connections other threads queued for this one. */
+static void sf_thread_take_queue(sf_thread *t)
+{
+    uint64_t count;
+    if (read(t->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+        g_debug("reading the wake-up counter failed: %s", g_strerror(errno));
+    g_mutex_lock(&t->queue_lock);
+    GArray *q = t->queue;
+    t->queue = g_array_new(FALSE, FALSE, sizeof(int));
+    g_mutex_unlock(&t->queue_lock);
+    bool stopping = atomic_load(&t->server->stopping);
+    for (guint i = 0; i < q->len; i++) {
+        int fd = g_array_index(q, int, i);
+        if (stopping) {
+            close(fd);
+            atomic_fetch_sub(&t->server->open_connections, 1);
+        } else {
+            sf_conn_adopt(t, fd);
+        }
+    }
+    g_array_free(q, TRUE);
+}
+
+/* Closes connections whose client went silent or whose frame stalled. */
+static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
+{
+    const sf_server_options *o = &t->server->opts;
+    sf_conn *next;
+    for (sf_conn *c = t->conns; c != NULL; c = next) {
+        next = c->next;
+        bool held_back = (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER;
+        if (c->in_len > 0 && c->frame_start_ms > 0 && !held_back &&
+            now - c->frame_start_ms >= o->frame_timeout_ms) {
+            g_message("closing connection from %s: a frame stayed incomplete for %d ms "
+                      "(frame_timeout_ms; %zu bytes received)",
+                      c->peer, o->frame_timeout_ms, c->in_len);
+            sf_bump(&t->stats.frame_timeouts, 1);
+            sf_conn_close(t, c);
+        } else if (o->idle_timeout_ms > 0 && now - c->last_active_ms >= o->idle_timeout_ms) {
+            g_debug("closing connection from %s: idle for %d ms (idle_timeout_ms)", c->peer,
+                    o->idle_timeout_ms);
+            sf_bump(&t->stats.idle_timeouts, 1);
+            sf_conn_close(t, c);
+        }
+    }
+}
+
+/* Begins a graceful stop on this thread: answers what has arrived and
+ * leaves only connections with output still to send. */
+static void sf_thread_begin_drain(sf_thread *t)
+{
+    if (t->index == 0 && t->server->listen_fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, t->server->listen_fd, NULL);
+        close(t->server->listen_fd);
+        t->server->listen_fd = -1;
+    }
+    sf_conn *next;
+    for (sf_conn *c = t->conns; c != NULL; c = next) {
+        next = c->next;
+        c->draining = true;
+        sf_conn_serve(t, c, true);
+    }
+}
+
+/* One event loop: accept (thread 0), read, answer, write, time out. */
+static void *sf_thread_main(void *arg)
+{
+    sf_thread *t = arg;
+    sf_server *s = t->server;
+    struct epoll_event events[SF_MAX_EVENTS];
+    bool draining = false;
+    t->last_tick_ms = sf_now_ms();
+    for (;;) {
+        int n = epoll_wait(t->epfd, events, SF_MAX_EVENTS, SF_TICK_MS);
+        if (n < 0 && errno != EINTR) {
+            g_critical("epoll_wait in server thread %d failed: %s", t->index, g_strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            void *tag = events[i].data.ptr;
+            uint32_t ev = events[i].events;
+            if (tag == &sf_tag_listener) {
+                if (!draining)
+                    sf_thread_accept(t);
+            } else if (tag == &sf_tag_wake) {
+                sf_thread_take_queue(t);
+            } else {
+                sf_conn *c = tag;
+                if (ev & EPOLLERR) {
+                    sf_conn_close(t, c);
+                    continue;
+                }
+                if ((ev & EPOLLOUT) && !sf_conn_writable(t, c))
+                    continue;
+                if ((ev & EPOLLHUP) && !(c->events & EPOLLIN)) {
+                    sf_conn_close(t, c); /* gone both ways: nothing can be sent */
+                    continue;
+                }
+                if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) && (c->events & EPOLLIN))
+                    sf_conn_serve(t, c, true);
+            }
+        }
+        int64_t now = sf_now_ms();
+        if (!draining && atomic_load(&s->stopping)) {
+            draining = true;
+            sf_thread_begin_drain(t);
+        }
+        if (draining && (t->conns == NULL || now >= s->stop_deadline_ms))
+            break;
+        if (now - t->last_tick_ms >= SF_TICK_MS) {
+            t->last_tick_ms = now;
+            sf_thread_check_timeouts(t, now);
+        }
+    }
+    while (t->conns != NULL)
+        sf_conn_close(t, t->conns);
+    return NULL;
+}
+
+/* Opens a non-blocking listening socket on address:port. */
+static int sf_server_listen(sf_server *s, GError **error)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->opts.port);
+    int rc = getaddrinfo(s->bind_address, port, &hints, &res);
+    if (rc != 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0,
+                    "bind address \"%s\" is not a numeric IPv4 or IPv6 address: %s",
+                    s->bind_address, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "cannot create a socket: %s", g_strerror(errno));
+        freeaddrinfo(res);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0,
+                    "cannot listen on %s:%d: %s (is another server using the port?)",
+                    s->bind_address, s->opts.port, g_strerror(errno));
+        close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage addr;
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, (struct sockaddr *)&addr, &alen) != 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "getsockname failed: %s", g_strerror(errno));
+        close(fd);
+        return -1;
+    }
+    s->port = addr.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&addr)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)&addr)->sin_port);
+    return fd;
+}
+
+/* Checks the options' ranges; the message names the option and its range. */
+static gboolean sf_server_options_check(const sf_server_options *o, GError **error)
+{
+#define SF_CHECK_RANGE(field, lo, hi)                                                       \
+    if (o->field < (lo) || o->field > (hi)) {                                              \
+        g_set_error(error, SF_SERVER_ERROR, 0, "%s = %d is outside %d..%d", #field,        \
+                    o->field, (lo), (hi));                                                 \
+        return FALSE;                                                                      \
+    }
+    SF_CHECK_RANGE(port, 0, 65535)
+    SF_CHECK_RANGE(threads, 1, 256)
+    SF_CHECK_RANGE(max_frame_size, 64, 16777216)
+    SF_CHECK_RANGE(max_connections, 1, 1000000)
+    SF_CHECK_RANGE(idle_timeout_ms, 0, 86400000)
+    SF_CHECK_RANGE(frame_timeout_ms, 1, 3600000)
+#undef SF_CHECK_RANGE
+    if (o->bind_address == NULL) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "bind_address is not set");
+        return FALSE;
+    }
+    return TRUE;
+}
+
+sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
+                         GError **error)
+{
+    if (!sf_server_options_check(opts, error))
+        return NULL;
+    sf_server *s = g_new0(sf_server, 1);
+    s->opts = *opts;
+    s->bind_address = g_strdup(opts->bind_address);
+    s->opts.bind_address = s->bind_address;
+    s->processor = g_object_ref(processor);
+    s->nthreads = opts->threads;
+    atomic_init(&s->open_connections, 0);
+    atomic_init(&s->refused, 0);
+    atomic_init(&s->last_refusal_log_ms, 0);
+    atomic_init(&s->stopping, false);
+    s->listen_fd = sf_server_listen(s, error);
+    if (s->listen_fd < 0) {
+        g_object_unref(s->processor);
+        g_free(s->bind_address);
+        g_free(s);
+        return NULL;
+    }
+    s->threads = g_new0(sf_thread, s->nthreads);
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread *t = &s->threads[i];
+        t->server = s;
+        t->index = i;
+        t->epfd = -1;
+        t->wake_fd = -1;
+        g_mutex_init(&t->queue_lock);
+        t->queue = g_array_new(FALSE, FALSE, sizeof(int));
+        t->scratch_cap = (size_t)opts->max_frame_size + 4 + SF_READ_SLACK;
+        t->transport = sf_frame_transport_new();
+        t->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", t->transport, NULL);
+    }
+    return s;
+}
+
+int sf_server_port(const sf_server *s)
+{
+    return s->port;
+}
+
+gboolean sf_server_start(sf_server *s, GError **error)
+{
+    if (s->started) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "the server is already started");
+        return FALSE;
+    }
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread *t = &s->threads[i];
+        t->epfd = epoll_create1(EPOLL_CLOEXEC);
+        t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (t->epfd < 0 || t->wake_fd < 0) {
+            g_set_error(error, SF_SERVER_ERROR, 0, "cannot create an event loop: %s",
+                        g_strerror(errno));
+            return FALSE;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_wake};
+        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) != 0 ||
+            (i == 0 && (ev.data.ptr = &sf_tag_listener,
+                        epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0))) {
+            g_set_error(error, SF_SERVER_ERROR, 0, "epoll_ctl failed: %s", g_strerror(errno));
+            return FALSE;
+        }
+        t->scratch = g_malloc(t->scratch_cap);
+    }
+    s->started = true;
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread *t = &s->threads[i];
+        int rc = pthread_create(&t->tid, NULL, sf_thread_main, t);
+        if (rc != 0) {
+            g_set_error(error, SF_SERVER_ERROR, 0, "cannot start server thread %d: %s", i,
+                        g_strerror(rc));
+            sf_server_stop(s, 0);
+            return FALSE;
+        }
+        t->started = true;
+    }
+    return TRUE;
+}
+
+void sf_server_stop(sf_server *s, int timeout_ms)
+{
+    if (s->stopped)
+        return;
+    s->stopped = true;
+    s->stop_deadline_ms = sf_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    atomic_store(&s->stopping, true);
+    for (int i = 0; i < s->nthreads; i++) {
+        uint64_t one = 1;
+        sf_thread *t = &s->threads[i];
+        if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) != sizeof one)
+            g_warning("cannot wake server thread %d: %s", i, g_strerror(errno));
+    }
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread *t = &s->threads[i];
+        if (t->started) {
+            pthread_join(t->tid, NULL);
+            t->started = false;
+        }
+    }
+    if (s->listen_fd >= 0) {
+        close(s->listen_fd);
+        s->listen_fd = -1;
+    }
+}
+
+void sf_server_free(sf_server *s)
+{
+    if (s == NULL)
+        return;
+    sf_server_stop(s, 0);
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread *t = &s->threads[i];
+        for (guint j = 0; j < t->queue->len; j++) {
+            close(g_array_index(t->queue, int, j));
+            atomic_fetch_sub(&s->open_connections, 1);
+        }
+        g_array_free(t->queue, TRUE);
+        g_mutex_clear(&t->queue_lock);
+        if (t->epfd >= 0)
+            close(t->epfd);
+        if (t->wake_fd >= 0)
+            close(t->wake_fd);
+        g_free(t->scratch);
+        g_object_unref(t->protocol);
+        g_object_unref(t->transport);
+    }
+    g_free(s->threads);
+    g_object_unref(s->processor);
+    g_free(s->bind_address);
+    g_free(s);
+}
+
+void sf_server_get_stats(sf_server *s, sf_server_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < s->nthreads; i++) {
+        sf_thread_stats *ts = &s->threads[i].stats;
+        out->connections_accepted += atomic_load_explicit(&ts->accepted, memory_order_relaxed);
+        out->frames_processed += atomic_load_explicit(&ts->frames_processed, memory_order_relaxed);
+        out->frames_refused += atomic_load_explicit(&ts->frames_refused, memory_order_relaxed);
+        out->idle_timeouts += atomic_load_explicit(&ts->idle_timeouts, memory_order_relaxed);
+        out->frame_timeouts += atomic_load_explicit(&ts->frame_timeouts, memory_order_relaxed);
+    }
+    int open = atomic_load(&s->open_connections);
+    out->connections_open = open > 0 ? (uint64_t)open : 0;
+    out->connections_refused = atomic_load(&s->refused);
+}

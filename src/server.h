@@ -1,0 +1,62 @@
+/* server.h -- sf_server: a concurrent framed-binary Thrift server on epoll with a fixed pool of threads. */
+#ifndef SF_SERVER_H
+#define SF_SERVER_H
+
+#include <glib.h>
+#include <stdint.h>
+#include <thrift/c_glib/processor/thrift_processor.h>
+
+typedef struct sf_server sf_server;
+
+/* Settings; start from sf_server_options_init(). */
+typedef struct sf_server_options {
+    const char *bind_address;  /* numeric IPv4 or IPv6 address, e.g. "127.0.0.1" */
+    int port;                  /* 0 = any free port (see sf_server_port) */
+    int threads;               /* 1..256 event-loop threads */
+    int max_frame_size;        /* largest frame payload accepted, bytes */
+    int max_connections;       /* connections open at once; more are refused */
+    int idle_timeout_ms;       /* close a silent connection after this; 0 = never */
+    int frame_timeout_ms;      /* close a connection whose started frame stalls this long */
+} sf_server_options;
+
+/* Totals since start, summed over the threads when read. */
+typedef struct sf_server_stats {
+    uint64_t connections_open;
+    uint64_t connections_accepted;
+    uint64_t connections_refused;  /* over max_connections */
+    uint64_t frames_processed;
+    uint64_t frames_refused;       /* oversized, malformed or truncated */
+    uint64_t idle_timeouts;
+    uint64_t frame_timeouts;
+} sf_server_stats;
+
+/* Fills the defaults: 0.0.0.0:7609, 2 threads, 64 KiB frames, 16384
+ * connections, 300 s idle, 10 s per frame. */
+void sf_server_options_init(sf_server_options *opts);
+
+/* Binds and listens (nothing is served yet). processor is referenced and
+ * shared by the threads. Returns NULL with *error set, naming the address and
+ * the reason, when the options are out of range or the bind fails. */
+sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
+                         GError **error);
+
+/* The port actually bound (the chosen one when opts.port was 0). */
+int sf_server_port(const sf_server *s);
+
+/* Starts the threads that accept and answer. FALSE with *error on failure. */
+gboolean sf_server_start(sf_server *s, GError **error);
+
+/* Stops gracefully: closes the listener, answers the complete frames already
+ * received, flushes replies, closes every connection, and joins the threads,
+ * waiting at most timeout_ms for slow readers. Safe to call twice. */
+void sf_server_stop(sf_server *s, int timeout_ms);
+
+/* Stops if still running, then frees everything. NULL is allowed. */
+void sf_server_free(sf_server *s);
+
+void sf_server_get_stats(sf_server *s, sf_server_stats *out);
+
+#define SF_SERVER_ERROR (sf_server_error_quark())
+GQuark sf_server_error_quark(void);
+
+#endif /* SF_SERVER_H */

@@ -1,0 +1,270 @@
+/* check_config.c -- snowflaked's settings: defaults, key file, environment,
+ * flags, their order, and the messages that refuse bad values. */
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include <check.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char conf_path[] = "/tmp/check_config_XXXXXX";
+
+static void write_conf(const char *text)
+{
+    int fd = mkstemp(conf_path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static void remove_conf(void)
+{
+    unlink(conf_path);
+    strcpy(conf_path, "/tmp/check_config_XXXXXX");
+}
+
+/* Loads from an argv given as a NULL-terminated list; returns the result. */
+static gboolean load(sf_config *cfg, GError **error, ...)
+{
+    char *args[32];
+    int n = 0;
+    va_list ap;
+    args[n++] = "snowflaked";
+    va_start(ap, error);
+    for (char *a; (a = va_arg(ap, char *)) != NULL && n < 31;)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    char **argv = args;
+    gboolean help = FALSE;
+    sf_config_init(cfg);
+    return sf_config_load(cfg, &n, &argv, &help, error);
+}
+
+static void assert_error(GError *error, const char *expect)
+{
+    ck_assert_ptr_nonnull(error);
+    ck_assert_msg(strstr(error->message, expect) != NULL, "'%s' not in '%s'", expect,
+                  error->message);
+}
+
+START_TEST(test_defaults)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(load(&cfg, &error, NULL));
+    ck_assert_int_eq(cfg.server_port, 7609);
+    ck_assert_int_eq(cfg.datacenter_id, 0);
+    ck_assert_int_eq(cfg.worker_id, 0);
+    ck_assert_int_eq(cfg.epoch_ms, 1288834974657LL);
+    ck_assert_int_eq(cfg.max_batch_size, 10000);
+    ck_assert_int_eq(cfg.max_frame_size, 65536);
+    ck_assert_int_eq(cfg.admin_port, 9990);
+    ck_assert_str_eq(cfg.worker_id_path, "/snowflake-servers");
+    ck_assert_str_eq(cfg.zk_hosts, "");
+    ck_assert(!cfg.random_first_sequence);
+    ck_assert_int_eq(cfg.max_clock_backward_wait_ms, 0);
+    sf_config_clear(&cfg);
+}
+END_TEST
+
+START_TEST(test_file_then_env_then_flags)
+{
+    write_conf("[snowflake]\nworker_id = 3\ndatacenter_id = 4\nserver_port = 7000\n"
+               "random_first_sequence = true\nlog_level = debug\n"
+               "[zookeeper]\nhosts = 127.0.0.1:2181\n[admin]\nhttp_port = 0\n");
+    setenv("SNOWFLAKE_DATACENTER_ID", "5", 1);
+    setenv("SNOWFLAKE_SERVER_PORT", "7001", 1);
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert_msg(load(&cfg, &error, "-c", conf_path, "--port", "7002", NULL), "%s",
+                  error ? error->message : "");
+    ck_assert_int_eq(cfg.worker_id, 3);     /* file */
+    ck_assert_int_eq(cfg.datacenter_id, 5); /* environment over file */
+    ck_assert_int_eq(cfg.server_port, 7002);/* flag over both */
+    ck_assert(cfg.random_first_sequence);
+    ck_assert_str_eq(cfg.log_level, "debug");
+    ck_assert_str_eq(cfg.zk_hosts, "127.0.0.1:2181");
+    ck_assert_int_eq(cfg.admin_port, 0);
+    sf_config_clear(&cfg);
+    unsetenv("SNOWFLAKE_DATACENTER_ID");
+    unsetenv("SNOWFLAKE_SERVER_PORT");
+    remove_conf();
+}
+END_TEST
+
+START_TEST(test_worker_id_auto)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(load(&cfg, &error, "--worker-id", "auto", "--zookeeper", "127.0.0.1:2181", NULL));
+    ck_assert(cfg.worker_id_auto);
+    ck_assert_int_eq(cfg.worker_id, -1);
+    sf_config_clear(&cfg);
+    ck_assert(!load(&cfg, &error, "--worker-id", "auto", NULL));
+    assert_error(error, "worker_id = auto needs ZooKeeper");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+}
+END_TEST
+
+static const struct {
+    const char *flag, *value, *expect;
+} bad_flags[] = {
+    { "--worker-id", "32", "[snowflake] worker_id = '32' (from --worker-id) is not valid: allowed an integer 0..31 or auto" },
+    { "--datacenter-id", "-1", "[snowflake] datacenter_id = '-1' (from --datacenter-id) is not valid: allowed an integer 0..31" },
+    { "--port", "65536", "[snowflake] server_port = '65536' (from --port) is not valid: allowed an integer 0..65535" },
+    { "--port", "http", "allowed an integer 0..65535" },
+    { "--bind", "example.org", "[snowflake] bind_address = 'example.org' (from --bind) is not valid: allowed an IPv4 or IPv6 address" },
+    { "--log-level", "loud", "allowed error, warning, info or debug" },
+    { "--threads", "0", "allowed an integer 1..256" },
+    { "--set", "snowflake.max_batch_size=0", "[snowflake] max_batch_size = '0' (from --set) is not valid: allowed an integer 1..1000000" },
+    { "--set", "snowflake.nope=1", "--set: unknown key 'nope' in group [snowflake]" },
+    { "--set", "noequals", "expected GROUP.KEY=VALUE" },
+};
+
+START_TEST(test_bad_flag_values)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, bad_flags[_i].flag, bad_flags[_i].value, NULL));
+    assert_error(error, bad_flags[_i].expect);
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+}
+END_TEST
+
+START_TEST(test_bad_file_value_names_file)
+{
+    write_conf("[snowflake]\nmax_clock_backward_wait_ms = 70000\n");
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "-c", conf_path, NULL));
+    assert_error(error, "[snowflake] max_clock_backward_wait_ms = '70000' (from /tmp/check_config_");
+    assert_error(error, "allowed an integer 0..60000");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    remove_conf();
+}
+END_TEST
+
+START_TEST(test_unknown_key_in_file)
+{
+    write_conf("[snowflake]\nworker_idd = 3\n");
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "-c", conf_path, NULL));
+    assert_error(error, "unknown key 'worker_idd' in group [snowflake]");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    remove_conf();
+}
+END_TEST
+
+START_TEST(test_unreadable_and_malformed_files)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "-c", "/nonexistent/snowflake.conf", NULL));
+    assert_error(error, "cannot read config file /nonexistent/snowflake.conf");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    write_conf("this is not a key file\n");
+    ck_assert(!load(&cfg, &error, "-c", conf_path, NULL));
+    assert_error(error, "cannot read config file");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    remove_conf();
+}
+END_TEST
+
+START_TEST(test_bad_env_value_names_variable)
+{
+    setenv("SNOWFLAKE_ZOOKEEPER_SESSION_TIMEOUT_MS", "5", 1);
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, NULL));
+    assert_error(error, "(from environment variable SNOWFLAKE_ZOOKEEPER_SESSION_TIMEOUT_MS)");
+    assert_error(error, "allowed an integer 1000..600000");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    unsetenv("SNOWFLAKE_ZOOKEEPER_SESSION_TIMEOUT_MS");
+}
+END_TEST
+
+START_TEST(test_cross_key_rules)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "--port", "9990", NULL));
+    assert_error(error, "[admin] http_port = 9990 is the same as [snowflake] server_port");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    ck_assert(!load(&cfg, &error, "--set", "snowflake.worker_id_path=relative", NULL));
+    assert_error(error, "worker_id_path = 'relative' is not valid");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    ck_assert(!load(&cfg, &error, "--set", "snowflake.epoch_ms=4000000000000", NULL));
+    assert_error(error, "is in the future");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+}
+END_TEST
+
+START_TEST(test_unknown_flag_and_argument)
+{
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "--bogus", NULL));
+    assert_error(error, "--bogus");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    ck_assert(!load(&cfg, &error, "stray", NULL));
+    assert_error(error, "unexpected argument 'stray'");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+}
+END_TEST
+
+START_TEST(test_shipped_conf_loads)
+{
+    char *path = g_build_filename(g_getenv("top_srcdir") ? g_getenv("top_srcdir") : ".", "conf",
+                                  "snowflake.conf", NULL);
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert_msg(load(&cfg, &error, "-c", path, NULL), "%s", error ? error->message : "");
+    ck_assert_str_eq(cfg.zk_hosts, ""); /* standalone by default */
+    sf_config_clear(&cfg);
+    g_free(path);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_file_then_env_then_flags);
+    tcase_add_test(tc, test_worker_id_auto);
+    tcase_add_loop_test(tc, test_bad_flag_values, 0, G_N_ELEMENTS(bad_flags));
+    tcase_add_test(tc, test_bad_file_value_names_file);
+    tcase_add_test(tc, test_unknown_key_in_file);
+    tcase_add_test(tc, test_unreadable_and_malformed_files);
+    tcase_add_test(tc, test_bad_env_value_names_variable);
+    tcase_add_test(tc, test_cross_key_rules);
+    tcase_add_test(tc, test_unknown_flag_and_argument);
+    tcase_add_test(tc, test_shipped_conf_loads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
