@@ -126,9 +126,11 @@ static gboolean sf_thrift_fix_dispatch_unknown(ThriftDispatchProcessor *processo
 static gboolean sf_thrift_fix_process(ThriftProcessor *processor, ThriftProtocol *in,
                                       ThriftProtocol *out, GError **error)
 {
+    /* The library can report success without setting the type (a message
+     * in the old, non-strict form): 0 is no call, and is refused below. */
     gchar *fname = NULL;
-    ThriftMessageType type;
-    gint32 seqid;
+    ThriftMessageType type = 0;
+    gint32 seqid = 0;
     if (thrift_protocol_read_message_begin(in, &fname, &type, &seqid, error) < 0) {
         g_free(fname);
         return FALSE;

@@ -4,6 +4,7 @@ generated from thrift/snowflake.thrift, and count passes and failures."""
 import atexit
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -69,7 +70,10 @@ class Server:
     def __init__(self, args=(), env=None, admin=False, prefix=(), worker_id=1,
                  datacenter_id=2, wait_serving=True):
         self.admin_port = free_port() if admin else 0
-        self.argv = list(prefix) + [
+        # SNOWFLAKED_WRAPPER runs every server under a tool, e.g. valgrind;
+        # stop() then fails the test on any error the tool reports.
+        self.wrapper = shlex.split(os.environ.get("SNOWFLAKED_WRAPPER", ""))
+        self.argv = list(prefix) + self.wrapper + [
             SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
             "--admin-port", str(self.admin_port)] + list(args)
         if worker_id is not None:  # None: leave it to the file or the environment
@@ -153,7 +157,23 @@ class Server:
                 self.proc.wait()
         if self in _running:
             _running.remove(self)
+        self._check_wrapper_report()
         return self.proc.returncode
+
+    def _check_wrapper_report(self):
+        """Under valgrind (--error-exitcode=99), any error it reports fails
+        the test."""
+        if not self.wrapper:
+            return
+        time.sleep(0.1)  # let the log reader take the last lines
+        if self.proc.returncode == 99:
+            raise AssertionError("%s reported errors (exit 99); log:\n%s"
+                                 % (self.wrapper[0], self.log()))
+        for line in self.lines:
+            m = re.search(r"ERROR SUMMARY: (\d+) errors", line)
+            if m and int(m.group(1)) > 0:
+                raise AssertionError("%s reported errors; log:\n%s"
+                                     % (self.wrapper[0], self.log()))
 
     def __enter__(self):
         return self.start()
