@@ -5,6 +5,9 @@
 #include <glib-object.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <thrift/c_glib/processor/thrift_processor.h>
+#include <thrift/c_glib/protocol/thrift_protocol.h>
 #include <thrift/c_glib/transport/thrift_transport.h>
 
 G_BEGIN_DECLS
@@ -44,6 +47,26 @@ const uint8_t *sf_frame_transport_output(const SfFrameTransport *t, size_t *len)
 
 /* Empties the output, giving back memory beyond a small reserve. */
 void sf_frame_transport_reset_output(SfFrameTransport *t);
+
+#define SF_FRAME_ERROR (sf_frame_error_quark())
+GQuark sf_frame_error_quark(void);
+
+typedef enum {
+    SF_FRAME_ERROR_LENGTH,    /* a frame length outside 1..max_frame_size */
+    SF_FRAME_ERROR_MALFORMED, /* a frame that is not a valid call */
+} sf_frame_error_code;
+
+/* The server's path from bytes to replies: answers the complete frames at
+ * the start of buf[0..len) through processor (protocol must wrap t), and
+ * appends their framed replies to t's output, stopping before a frame once
+ * output_room bytes of replies are waiting. Returns the bytes consumed (a
+ * trailing partial frame is left for later) and sets *frames to the number
+ * answered; returns -1 with *error, naming the problem, when a frame's length
+ * is outside 1..max_frame_size or its content is not a valid call. */
+ssize_t sf_frame_transport_answer(SfFrameTransport *t, ThriftProtocol *protocol,
+                                  ThriftProcessor *processor, const uint8_t *buf, size_t len,
+                                  size_t max_frame_size, size_t output_room, size_t *frames,
+                                  GError **error);
 
 G_END_DECLS
 

@@ -252,71 +252,24 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
     return ok;
 }
 
-/* Runs the processor over one frame, appending its framed reply to the
- * thread's output. FALSE with *error when the frame is not a valid call. */
-static bool sf_thread_process_frame(sf_thread *t, const uint8_t *frame, size_t len,
-                                    GError **error)
-{
-    /* A strict binary-protocol header is checked here, so that garbage is
-     * reported in our one log line rather than by the library as well. */
-    if (len >= 4 && (frame[0] & 0x80) && (frame[0] != 0x80 || frame[1] != 0x01)) {
-        g_set_error(error, SF_SERVER_ERROR, 0,
-                    "not a binary-protocol message (header %02x%02x%02x%02x, expected 8001....)",
-                    frame[0], frame[1], frame[2], frame[3]);
-        return false;
-    }
-    sf_frame_transport_set_input(t->transport, frame, len);
-    sf_frame_transport_begin_reply(t->transport);
-    if (!thrift_processor_process(t->server->processor, t->protocol, t->protocol, error)) {
-        sf_frame_transport_cancel_reply(t->transport);
-        return false;
-    }
-    sf_frame_transport_end_reply(t->transport);
-    return true;
-}
-
-/* Reads a big-endian 32-bit frame length. */
-static int64_t sf_be32(const uint8_t *p)
-{
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-                     (uint32_t)p[3]);
-}
-
 /* Answers every complete frame in buf[0..len) while output stays under the
  * high-water mark. Returns the bytes consumed, or -1 when the connection sent
  * a bad frame and must be closed (the reason is logged once). */
 static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, size_t len)
 {
-    const sf_server_options *o = &t->server->opts;
-    size_t pos = 0;
-    while (len - pos >= 4) {
-        size_t produced;
-        sf_frame_transport_output(t->transport, &produced);
-        if (produced + (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER)
-            break;
-        int64_t flen = sf_be32(buf + pos);
-        if (flen <= 0 || flen > o->max_frame_size) {
-            g_message("closing connection from %s: frame length %" G_GINT64_FORMAT
-                      " is outside 1..%d (max_frame_size)",
-                      c->peer, flen, o->max_frame_size);
-            sf_bump(&t->stats.frames_refused, 1);
-            return -1;
-        }
-        if (len - pos - 4 < (size_t)flen)
-            break;
-        GError *err = NULL;
-        if (!sf_thread_process_frame(t, buf + pos + 4, (size_t)flen, &err)) {
-            g_message("closing connection from %s: malformed frame of %" G_GINT64_FORMAT
-                      " bytes: %s",
-                      c->peer, flen, err != NULL ? err->message : "the processor failed");
-            g_clear_error(&err);
-            sf_bump(&t->stats.frames_refused, 1);
-            return -1;
-        }
-        sf_bump(&t->stats.frames_processed, 1);
-        pos += 4 + (size_t)flen;
+    size_t pending = c->out_len - c->out_off, frames = 0;
+    size_t room = pending < SF_OUT_HIGH_WATER ? SF_OUT_HIGH_WATER - pending : 0;
+    GError *err = NULL;
+    ssize_t used = sf_frame_transport_answer(t->transport, t->protocol, t->server->processor, buf,
+                                             len, (size_t)t->server->opts.max_frame_size, room,
+                                             &frames, &err);
+    sf_bump(&t->stats.frames_processed, frames);
+    if (used < 0) {
+        g_message("closing connection from %s: %s", c->peer, err->message);
+        g_clear_error(&err);
+        sf_bump(&t->stats.frames_refused, 1);
     }
-    return (ssize_t)pos;
+    return used;
 }
 
 /* Chooses the epoll interest from the connection's state: read unless

@@ -1,7 +1,10 @@
-/* thrift_fix.c -- makes the generated Thrift structs' finalize chain up to GObject, which Thrift 0.17's c_glib generator omits. */
+/* thrift_fix.c -- mends leaks of Thrift 0.17's c_glib code at run time: struct
+ * finalize not chaining up, and method names lost on malformed requests. */
 #include "thrift_fix.h"
 
 #include <glib-object.h>
+#include <thrift/c_glib/processor/thrift_dispatch_processor.h>
+#include <thrift/c_glib/thrift_application_exception.h>
 #include <thrift/c_glib/thrift_struct.h>
 
 #include "sf_thrift_snowflake.h"
@@ -55,6 +58,7 @@ static void sf_thrift_fix_register_types(void)
     };
     for (size_t i = 0; i < G_N_ELEMENTS(types); i++)
         g_type_ensure(types[i]);
+    g_type_ensure(THRIFT_TYPE_APPLICATION_EXCEPTION);
 }
 
 void sf_thrift_fix_struct_finalize(void)
@@ -66,7 +70,9 @@ void sf_thrift_fix_struct_finalize(void)
     guint n = 0;
     GType *children = g_type_children(THRIFT_TYPE_STRUCT, &n);
     for (guint i = 0; i < n; i++) {
-        if (!g_str_has_prefix(g_type_name(children[i]), "SfThrift"))
+        /* The library's own application exception has the same flaw. */
+        if (!g_str_has_prefix(g_type_name(children[i]), "SfThrift") &&
+            children[i] != THRIFT_TYPE_APPLICATION_EXCEPTION)
             continue;
         if (sf_thrift_fix_count == SF_THRIFT_FIX_MAX) {
             g_critical("more than %d generated Thrift structs: raise SF_THRIFT_FIX_MAX",
@@ -81,5 +87,80 @@ void sf_thrift_fix_struct_finalize(void)
         klass->finalize = sf_thrift_fix_finalize;
     }
     g_free(children);
+    g_once_init_leave(&done, 1);
+}
+
+/* Skips an unknown call and answers it with an UNKNOWN_METHOD application
+ * exception; takes ownership of fname and frees it whatever happens. */
+static gboolean sf_thrift_fix_dispatch_unknown(ThriftDispatchProcessor *processor,
+                                               ThriftProtocol *in, ThriftProtocol *out,
+                                               gchar *fname, gint32 seqid, GError **error)
+{
+    (void)processor;
+    if (thrift_protocol_skip(in, T_STRUCT, error) < 0 ||
+        thrift_protocol_read_message_end(in, error) < 0) {
+        g_free(fname);
+        return FALSE;
+    }
+    char *message = g_strconcat("Invalid method name: '", fname, "'", NULL);
+    ThriftApplicationException *x =
+        g_object_new(THRIFT_TYPE_APPLICATION_EXCEPTION, "type",
+                     THRIFT_APPLICATION_EXCEPTION_ERROR_UNKNOWN_METHOD, "message", message, NULL);
+    g_free(message);
+    ThriftTransport *transport = NULL;
+    g_object_get(out, "transport", &transport, NULL);
+    gboolean ok = thrift_protocol_write_message_begin(out, fname, T_EXCEPTION, seqid, error) >= 0 &&
+                  thrift_struct_write(THRIFT_STRUCT(x), out, error) >= 0 &&
+                  thrift_protocol_write_message_end(out, error) >= 0 &&
+                  thrift_transport_write_end(transport, error) &&
+                  thrift_transport_flush(transport, error);
+    g_object_unref(transport);
+    g_object_unref(x);
+    g_free(fname);
+    return ok;
+}
+
+/* Reads a call's header and dispatches it, as the library's process does,
+ * but frees the method name when the header is cut short or not a call, and
+ * never passes on a NULL name. */
+static gboolean sf_thrift_fix_process(ThriftProcessor *processor, ThriftProtocol *in,
+                                      ThriftProtocol *out, GError **error)
+{
+    /* The library can report success without setting the type (a message
+     * in the old, non-strict form): 0 is no call, and is refused below. */
+    gchar *fname = NULL;
+    ThriftMessageType type = 0;
+    gint32 seqid = 0;
+    if (thrift_protocol_read_message_begin(in, &fname, &type, &seqid, error) < 0) {
+        g_free(fname);
+        return FALSE;
+    }
+    /* A name can come back NULL (an empty or unreadable one); the generated
+     * dispatch would hash it. It is an unknown method like any other. */
+    if (fname == NULL)
+        fname = g_strdup("");
+    if (type != T_CALL && type != T_ONEWAY) {
+        g_set_error(error, THRIFT_PROTOCOL_ERROR, THRIFT_PROTOCOL_ERROR_INVALID_DATA,
+                    "message type %d is not a call", (int)type);
+        g_free(fname);
+        return FALSE;
+    }
+    return THRIFT_DISPATCH_PROCESSOR_GET_CLASS(processor)->dispatch_call(
+        THRIFT_DISPATCH_PROCESSOR(processor), in, out, fname, seqid, error);
+}
+
+void sf_thrift_fix_processor(void)
+{
+    static gsize done = 0;
+    if (!g_once_init_enter(&done))
+        return;
+    /* Classes stay referenced for the life of the process. The generated
+     * processor copied `process` from its parent when its class was made, so
+     * both are patched; it reaches `dispatch_call` of its parent at call time. */
+    ThriftDispatchProcessorClass *dispatch = g_type_class_ref(THRIFT_TYPE_DISPATCH_PROCESSOR);
+    dispatch->dispatch_call = sf_thrift_fix_dispatch_unknown;
+    THRIFT_PROCESSOR_CLASS(dispatch)->process = sf_thrift_fix_process;
+    ThriftProcessorClass *generated = g_type_class_ref(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR);
+    generated->process = sf_thrift_fix_process;
     g_once_init_leave(&done, 1);
 }

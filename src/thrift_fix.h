@@ -1,12 +1,23 @@
-/* thrift_fix.h -- makes the generated Thrift structs' finalize chain up to GObject, which Thrift 0.17's c_glib generator omits. */
+/* thrift_fix.h -- mends leaks of Thrift 0.17's c_glib code at run time: struct
+ * finalize not chaining up, and method names lost on malformed requests. */
 #ifndef SF_THRIFT_FIX_H
 #define SF_THRIFT_FIX_H
 
-/* Patches every generated SfThrift* struct class so that finalizing an
+/* Patches every generated SfThrift* struct class, and the library's
+ * ThriftApplicationException, so that finalizing an
  * instance also runs GObject's finalize. Without it each struct leaks the
  * GObject data GLib attaches during g_object_unref (about 32 bytes per
  * request and reply). Idempotent and thread-safe; call before the first
  * Thrift call in any program that uses the generated code. */
 void sf_thrift_fix_struct_finalize(void);
+
+/* Replaces two steps of the library's request processing with ones that
+ * answer the same but free the method name on every path: reading the
+ * message header (the library leaks the name when the message is not a call
+ * or ends before its sequence id) and answering an unknown method (leaked
+ * when its arguments cannot be skipped). Without this every such malformed
+ * frame leaks a few bytes, so a hostile client could grow the server without
+ * bound. Idempotent; servers call it before serving. */
+void sf_thrift_fix_processor(void);
 
 #endif /* SF_THRIFT_FIX_H */

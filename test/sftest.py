@@ -4,6 +4,7 @@ generated from thrift/snowflake.thrift, and count passes and failures."""
 import atexit
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -67,9 +68,12 @@ class Server:
     reports in its "listening on ADDR:PORT" line. Use as a context manager."""
 
     def __init__(self, args=(), env=None, admin=False, prefix=(), worker_id=1,
-                 datacenter_id=2):
+                 datacenter_id=2, wait_serving=True):
         self.admin_port = free_port() if admin else 0
-        self.argv = list(prefix) + [
+        # SNOWFLAKED_WRAPPER runs every server under a tool, e.g. valgrind;
+        # stop() then fails the test on any error the tool reports.
+        self.wrapper = shlex.split(os.environ.get("SNOWFLAKED_WRAPPER", ""))
+        self.argv = list(prefix) + self.wrapper + [
             SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
             "--admin-port", str(self.admin_port)] + list(args)
         if worker_id is not None:  # None: leave it to the file or the environment
@@ -77,6 +81,7 @@ class Server:
         if datacenter_id is not None:
             self.argv += ["--datacenter-id", str(datacenter_id)]
         self.env = clean_env(env)
+        self.wait_serving = wait_serving
         self.proc = None
         self.port = None
         self.lines = []
@@ -94,7 +99,28 @@ class Server:
                                  % (timeout, self.log()))
         if self.admin_port:
             self._wait_admin(timeout)
+        if self.wait_serving:
+            self._wait_serving(timeout)
         return self
+
+    def _wait_serving(self, timeout):
+        """The server listens before it holds a worker id (peers must be able
+        to ask it during registration), so a test that wants ids waits until
+        get_worker_id reports one."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with self.client(timeout=1.0) as api:
+                    if api.get_worker_id() >= 0:
+                        return
+            except (TTransport.TTransportException, OSError):
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise AssertionError("snowflaked did not hold a worker id within %.0f s; log:\n%s"
+                             % (timeout, self.log()))
 
     def _read_log(self):
         """Collects the log lines and notes the port of the "listening on" line."""
@@ -167,7 +193,23 @@ class Server:
                 self.proc.wait()
         if self in _running:
             _running.remove(self)
+        self._check_wrapper_report()
         return self.proc.returncode
+
+    def _check_wrapper_report(self):
+        """Under valgrind (--error-exitcode=99), any error it reports fails
+        the test."""
+        if not self.wrapper:
+            return
+        time.sleep(0.1)  # let the log reader take the last lines
+        if self.proc.returncode == 99:
+            raise AssertionError("%s reported errors (exit 99); log:\n%s"
+                                 % (self.wrapper[0], self.log()))
+        for line in self.lines:
+            m = re.search(r"ERROR SUMMARY: (\d+) errors", line)
+            if m and int(m.group(1)) > 0:
+                raise AssertionError("%s reported errors; log:\n%s"
+                                     % (self.wrapper[0], self.log()))
 
     def __enter__(self):
         return self.start()
@@ -207,6 +249,34 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class SocketReader:
+    """A Thrift transport over a plain socket, to read replies to raw bytes."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def isOpen(self):
+        return True
+
+    def read(self, n):
+        return self.sock.recv(n)
+
+    def readAll(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("connection closed after %d of %d bytes" % (len(buf), n))
+            buf += chunk
+        return buf
+
+    def write(self, data):
+        self.sock.sendall(data)
+
+    def flush(self):
+        pass
 
 
 def raw_connect(port, timeout=5.0):

@@ -256,6 +256,24 @@ def test_garbage_bytes(srv):
         assert_serving(srv)
 
 
+def test_unknown_and_empty_method_names(srv):
+    """An unknown or empty method name gets Thrift's UNKNOWN_METHOD answer,
+    and the server goes on serving."""
+    from thrift.Thrift import TApplicationException, TMessageType
+    for name in (b"no_such_method", b""):
+        body = b"\x80\x01\x00\x01" + struct.pack(">i", len(name)) + name + struct.pack(">i", 7) + b"\x00"
+        with raw_connect(srv.port) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            proto = TBinaryProtocol.TBinaryProtocol(
+                TTransport.TFramedTransport(sftest.SocketReader(s)))
+            _, mtype, seqid = proto.readMessageBegin()
+            x = TApplicationException()
+            x.read(proto)
+            assert (mtype, seqid) == (TMessageType.EXCEPTION, 7), (mtype, seqid)
+            assert x.type == TApplicationException.UNKNOWN_METHOD, (x.type, x.message)
+        assert_serving(srv)
+
+
 def test_frame_cut_short(srv):
     request = encode_call(1, lambda c: c.send_get_id("infra-dm"))
     with raw_connect(srv.port) as s:
@@ -329,7 +347,7 @@ def test_sigterm_answers_in_flight_and_exits_0():
             result = Snowflake.get_ids_result()
             result.read(client.protocol)
             client.protocol.readMessageEnd()
-            assert seqid == i + 1 and len(result.success) == 1000, (seqid, result)
+            assert seqid == i + 1 and result.success is not None and len(result.success) == 1000, (seqid, result)
         rc = srv.proc.wait(10)
         assert rc == 0, "exit status %s after SIGTERM; log:\n%s" % (rc, srv.log())
         client.close()
@@ -441,7 +459,8 @@ def main():
     limits = {"SNOWFLAKE_MAX_FRAME_SIZE": "1024", "SNOWFLAKE_IDLE_TIMEOUT_MS": "700",
               "SNOWFLAKE_FRAME_TIMEOUT_MS": "700"}
     with Server(env=limits, worker_id=WORKER, datacenter_id=DATACENTER) as srv:
-        for test in (test_oversized_frame, test_garbage_bytes, test_frame_cut_short,
+        for test in (test_oversized_frame, test_garbage_bytes,
+                     test_unknown_and_empty_method_names, test_frame_cut_short,
                      test_idle_timeout):
             r.run(test, srv)
     with Server(env={"SNOWFLAKE_MAX_CONNECTIONS": "8"}, worker_id=WORKER,

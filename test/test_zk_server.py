@@ -26,7 +26,8 @@ def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=Fals
             "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS,
             "--set", "zookeeper.claim_retries=0",
             "--set", "zookeeper.state_interval_ms=200"] + list(extra)
-    return Server(args, env=env, admin=admin, worker_id=worker_id, datacenter_id=datacenter_id)
+    return Server(args, env=env, admin=admin, worker_id=worker_id, datacenter_id=datacenter_id,
+                  wait_serving=False)
 
 
 def serving(server, timeout=15.0):

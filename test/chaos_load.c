@@ -1,0 +1,237 @@
+/* chaos_load.c -- keeps asking several snowflaked nodes for ids while they are
+ * being killed, fenced and clock-stepped, and records every id it is given.
+ *
+ * One thread per connection, each with the generated Thrift client. Every id
+ * is written as "CONNECTION WORKER DATACENTER ID" to OUT_DIR/conn-N.ids, for
+ * idcheck; WORKER and DATACENTER are what the issuing node last reported for
+ * itself. A node's worker id can change only across a period in which it
+ * refuses ids (fenced) or a reconnection, so the client asks again after
+ * each. A broken connection is replaced by a new one with a new name, since
+ * only ids on one connection must increase.
+ *
+ * Usage: chaos_load OUT_DIR SECONDS CONNECTIONS HOST:PORT...
+ * Prints one line of key=value totals: ids, clock_errors, unavailable_errors,
+ * transport_errors, other_errors, reconnects. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <glib-object.h>
+#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
+#include <thrift/c_glib/transport/thrift_framed_transport.h>
+#include <thrift/c_glib/transport/thrift_socket.h>
+
+#include "sf_thrift_snowflake.h"
+
+#define CHAOS_TIMEOUT_MS 2000
+
+typedef struct chaos_totals {
+    atomic_uint_fast64_t ids, clock_errors, unavailable_errors, transport_errors, other_errors,
+        reconnects;
+} chaos_totals;
+
+typedef struct chaos_conn {
+    ThriftSocket *socket;
+    ThriftTransport *transport;
+    ThriftProtocol *protocol;
+    SfThriftSnowflakeIf *client;
+} chaos_conn;
+
+typedef struct chaos_job {
+    int index;
+    char host[256];
+    int port;
+    const char *out_dir;
+    double end;
+    chaos_totals *totals;
+} chaos_job;
+
+static double chaos_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void chaos_sleep_ms(int ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static void chaos_close(chaos_conn *c)
+{
+    if (c->transport != NULL)
+        thrift_transport_close(c->transport, NULL);
+    if (c->client != NULL)
+        g_object_unref(c->client);
+    if (c->protocol != NULL)
+        g_object_unref(c->protocol);
+    if (c->transport != NULL)
+        g_object_unref(c->transport);
+    if (c->socket != NULL)
+        g_object_unref(c->socket);
+    memset(c, 0, sizeof *c);
+}
+
+/* Connects with read and write timeouts, so a stopped node cannot hang us. */
+static gboolean chaos_open(chaos_conn *c, const chaos_job *job)
+{
+    memset(c, 0, sizeof *c);
+    c->socket = g_object_new(THRIFT_TYPE_SOCKET, "hostname", job->host, "port", job->port, NULL);
+    c->transport = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", c->socket, NULL);
+    c->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", c->transport, NULL);
+    c->client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", c->protocol,
+                             "output_protocol", c->protocol, NULL);
+    GError *error = NULL;
+    if (!thrift_transport_open(c->transport, &error)) {
+        g_clear_error(&error);
+        chaos_close(c);
+        return FALSE;
+    }
+    struct timeval tv = { .tv_sec = CHAOS_TIMEOUT_MS / 1000,
+                          .tv_usec = (CHAOS_TIMEOUT_MS % 1000) * 1000 };
+    setsockopt(c->socket->sd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(c->socket->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return TRUE;
+}
+
+/* Asks the node which ids it uses now. FALSE on a transport error. */
+static gboolean chaos_identify(chaos_conn *c, gint64 *worker, gint64 *datacenter)
+{
+    GError *error = NULL;
+    gboolean ok = sf_thrift_snowflake_if_get_worker_id(c->client, worker, &error) &&
+                  sf_thrift_snowflake_if_get_datacenter_id(c->client, datacenter, &error);
+    g_clear_error(&error);
+    return ok;
+}
+
+static void *chaos_thread(void *arg)
+{
+    chaos_job *job = arg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conn-%d.ids", job->out_dir, job->index);
+    FILE *out = fopen(path, "w");
+    if (out == NULL) {
+        fprintf(stderr, "chaos_load: cannot write %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    chaos_conn c = { 0 };
+    int generation = 0;
+    gboolean connected = FALSE, identify = TRUE;
+    gint64 worker = -1, datacenter = -1;
+    while (chaos_now() < job->end) {
+        if (!connected) {
+            if (!chaos_open(&c, job)) {
+                chaos_sleep_ms(100);
+                continue;
+            }
+            connected = TRUE;
+            identify = TRUE;
+            generation++;
+            atomic_fetch_add(&job->totals->reconnects, 1);
+        }
+        if (identify) {
+            if (!chaos_identify(&c, &worker, &datacenter)) {
+                atomic_fetch_add(&job->totals->transport_errors, 1);
+                chaos_close(&c);
+                connected = FALSE;
+                continue;
+            }
+            identify = worker < 0;
+            if (identify) { /* no worker id held yet */
+                chaos_sleep_ms(50);
+                continue;
+            }
+        }
+        gint64 id = 0;
+        GError *error = NULL;
+        SfThriftInvalidSystemClock *clock_error = NULL;
+        SfThriftInvalidUserAgentError *agent_error = NULL;
+        SfThriftServiceUnavailable *unavailable = NULL;
+        if (sf_thrift_snowflake_if_get_id(c.client, &id, "chaos", &clock_error, &agent_error,
+                                          &unavailable, &error)) {
+            fprintf(out, "n%d-c%d-g%d %" G_GINT64_FORMAT " %" G_GINT64_FORMAT " %" G_GINT64_FORMAT "\n",
+                    job->port, job->index, generation, worker, datacenter, id);
+            atomic_fetch_add(&job->totals->ids, 1);
+            continue;
+        }
+        if (clock_error != NULL) {
+            atomic_fetch_add(&job->totals->clock_errors, 1);
+            chaos_sleep_ms(10);
+        } else if (unavailable != NULL) {
+            atomic_fetch_add(&job->totals->unavailable_errors, 1);
+            identify = TRUE; /* it may come back with another worker id */
+            chaos_sleep_ms(20);
+        } else if (agent_error != NULL) {
+            atomic_fetch_add(&job->totals->other_errors, 1);
+        } else {
+            atomic_fetch_add(&job->totals->transport_errors, 1);
+            chaos_close(&c);
+            connected = FALSE;
+        }
+        if (clock_error != NULL)
+            g_object_unref(clock_error);
+        if (agent_error != NULL)
+            g_object_unref(agent_error);
+        if (unavailable != NULL)
+            g_object_unref(unavailable);
+        g_clear_error(&error);
+    }
+    if (connected)
+        chaos_close(&c);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "chaos_load: writing %s failed: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: chaos_load OUT_DIR SECONDS CONNECTIONS HOST:PORT...\n");
+        return 2;
+    }
+    double seconds = atof(argv[2]);
+    int conns = atoi(argv[3]);
+    int nodes = argc - 4;
+    if (seconds <= 0 || conns < 1 || conns > 4096) {
+        fprintf(stderr, "chaos_load: SECONDS must be > 0 and CONNECTIONS 1..4096\n");
+        return 2;
+    }
+    chaos_totals totals = { 0 };
+    chaos_job *jobs = g_new0(chaos_job, conns);
+    GThread **threads = g_new0(GThread *, conns);
+    double end = chaos_now() + seconds;
+    for (int i = 0; i < conns; i++) {
+        const char *node = argv[4 + i % nodes];
+        const char *colon = strrchr(node, ':');
+        if (colon == NULL || colon == node) {
+            fprintf(stderr, "chaos_load: '%s' is not HOST:PORT\n", node);
+            return 2;
+        }
+        jobs[i] = (chaos_job){ .index = i, .port = atoi(colon + 1), .out_dir = argv[1],
+                               .end = end, .totals = &totals };
+        snprintf(jobs[i].host, sizeof jobs[i].host, "%.*s", (int)(colon - node), node);
+        threads[i] = g_thread_new("chaos", (GThreadFunc)chaos_thread, &jobs[i]);
+    }
+    for (int i = 0; i < conns; i++)
+        g_thread_join(threads[i]);
+    printf("chaos_load: ids=%" PRIuFAST64 " clock_errors=%" PRIuFAST64
+           " unavailable_errors=%" PRIuFAST64 " transport_errors=%" PRIuFAST64
+           " other_errors=%" PRIuFAST64 " reconnects=%" PRIuFAST64 "\n",
+           atomic_load(&totals.ids), atomic_load(&totals.clock_errors),
+           atomic_load(&totals.unavailable_errors), atomic_load(&totals.transport_errors),
+           atomic_load(&totals.other_errors), atomic_load(&totals.reconnects));
+    g_free(jobs);
+    g_free(threads);
+    return 0;
+}
