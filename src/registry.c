@@ -37,7 +37,7 @@ struct sf_registry {
     pthread_cond_t cv;
     bool connected;          /* the session is established and the connection up */
     bool expired;            /* the session is gone: a new handle is needed */
-    int64_t disconnected_since; /* Unix ms, 0 while connected */
+    int64_t disconnected_since; /* monotonic ms, 0 while connected */
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
 
@@ -84,11 +84,22 @@ static void sleep_ms(int64_t ms)
     }
 }
 
-/* An absolute CLOCK_REALTIME deadline ms from now, for pthread_cond_timedwait. */
+/* Milliseconds on the monotonic clock: intervals and timeouts must not move
+ * when the wall clock is stepped, least of all the time spent disconnected,
+ * which decides when to stop handing out ids. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait
+ * (r->cv waits on the monotonic clock). */
 static struct timespec deadline_in(int64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += ms / 1000;
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) {
@@ -112,11 +123,11 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
             r->expired = true;
             if (r->connected || r->disconnected_since == 0)
-                r->disconnected_since = sf_clock_now_ms();
+                r->disconnected_since = mono_ms();
             r->connected = false;
         } else if (r->connected) {
             r->connected = false;
-            r->disconnected_since = sf_clock_now_ms();
+            r->disconnected_since = mono_ms();
         }
     }
     r->events++;
@@ -729,7 +740,11 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &cattr);
+    pthread_condattr_destroy(&cattr);
     if (!r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
         set_err(err, errlen, "out of memory");
@@ -838,7 +853,7 @@ static void *watch_loop(void *arg)
     int64_t next_retry = 0;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        int64_t now = sf_clock_now_ms();
+        int64_t now = mono_ms();
         int64_t fence_ms = r->negotiated_ms / 3;
         if (r->serving) {
             const char *reason = NULL;
@@ -868,7 +883,7 @@ static void *watch_loop(void *arg)
             bool ok = try_reclaim(r);
             pthread_mutex_lock(&r->mu);
             if (!ok)
-                next_retry = sf_clock_now_ms() + 1000;
+                next_retry = mono_ms() + 1000;
             continue;
         }
         struct timespec until = deadline_in(100);
