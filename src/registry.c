@@ -277,6 +277,17 @@ static bool parse_worker_id(const char *name, int64_t *id)
     return true;
 }
 
+/* True when worker_id_path/other exists and holds host_port: the peer at
+ * host_port really holds that other id. */
+static bool holds_other_node(sf_registry *r, const char *host_port, int64_t other)
+{
+    char path[PATH_MAX_LEN], data[DATA_MAX_LEN];
+    if (other < 0 || other > SF_MAX_WORKER_ID)
+        return false;
+    snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, other);
+    return get_string(r, path, data, sizeof data, NULL) == ZOK && strcmp(data, host_port) == 0;
+}
+
 /* The original's sanity checks: every peer must report the id it holds and our
  * datacenter, and the peers' mean clock must be near ours. */
 static int check_peers(sf_registry *r, char *err, size_t errlen)
@@ -329,6 +340,21 @@ static int check_peers(sf_registry *r, char *err, size_t errlen)
                     "release its stale node (snowflake-zk release %" PRId64 "), or set "
                     "skip_unreachable_peers = true",
                     peer, id, r->worker_id_path, perr, id);
+            result = -1;
+        } else if (pw != id && holds_other_node(r, peer, pw)) {
+            /* A process restarted at the same address took another id while
+             * the node of its previous session waits to expire. */
+            if (r->o.skip_unreachable_peers) {
+                reg_log(r, "warning", "%s is stale, skipped: %s now holds worker id %" PRId64
+                        " (a restarted node; the old session has not expired yet)",
+                        path, peer, pw);
+                continue;
+            }
+            set_err(err, errlen,
+                    "%s is stale: %s now holds worker id %" PRId64 " under its own node; it "
+                    "disappears when its session expires, or release it (snowflake-zk release %"
+                    PRId64 "), or set skip_unreachable_peers = true",
+                    path, peer, pw, id);
             result = -1;
         } else if (pw != id) {
             set_err(err, errlen,

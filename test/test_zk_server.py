@@ -179,6 +179,26 @@ def unreachable_peer():
         zk.stop()
 
 
+def stale_node_of_restarted_peer():
+    """A node left by a process that restarted at the same address and took
+    another id is reported as stale, not as insanity; with
+    skip_unreachable_peers it is skipped."""
+    zk = ZK.client()
+    try:
+        peer = zk_server("/stale", worker_id=4).start()
+        serving(peer)
+        zk.create("/stale/0", ("127.0.0.1:%d" % peer.port).encode(), ephemeral=True)
+        s = zk_server("/stale", worker_id=1).start()
+        refused(s, "/stale/0 is stale: 127.0.0.1:%d now holds worker id 4" % peer.port)
+        s = zk_server("/stale", worker_id=1,
+                      extra=["--set", "snowflake.skip_unreachable_peers=true"]).start()
+        assert serving(s) == 1
+        s.stop()
+        peer.stop()
+    finally:
+        zk.stop()
+
+
 def restart_safety_waits_or_refuses():
     """A recorded timestamp ahead of the clock: within max_clock_backward_wait_ms the server
     waits then serves ids after it; beyond it, it exits saying how far behind it is."""
@@ -289,6 +309,7 @@ def main():
     r.run(peer_in_another_datacenter)
     r.run(peer_clock_30_seconds_ahead)
     r.run(unreachable_peer)
+    r.run(stale_node_of_restarted_peer)
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
     r.run(fencing_and_reregistration)
