@@ -29,6 +29,7 @@
 #include <thrift/c_glib/transport/thrift_socket.h>
 
 #include "sf_thrift_snowflake.h"
+#include "thrift_fix.h"
 
 #define CHAOS_TIMEOUT_MS 2000
 
@@ -207,6 +208,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "chaos_load: SECONDS must be > 0 and CONNECTIONS 1..4096\n");
         return 2;
     }
+    /* The generated types register themselves on first use, which is not
+     * thread-safe: register them all before the threads start. */
+    sf_thrift_fix_struct_finalize();
     chaos_totals totals = { 0 };
     chaos_job *jobs = g_new0(chaos_job, conns);
     GThread **threads = g_new0(GThread *, conns);
