@@ -1,9 +1,11 @@
 /* handler.c -- SfHandler: the Snowflake Thrift service's methods over an sf_worker, with a serving gate and stats. */
+#define _POSIX_C_SOURCE 200809L
 #include "handler.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "thrift_fix.h"
 
@@ -31,6 +33,7 @@ struct _SfHandler {
     int max_batch_size;
     sf_worker *current;     /* read and swapped atomically */
     gint serving;           /* read and written atomically */
+    _Atomic int64_t lease_until; /* CLOCK_MONOTONIC ms; 0 = no lease */
     GMutex lock;            /* guards retired and reason */
     GPtrArray *retired;     /* every worker ever set, freed at finalize */
     char *reason;
@@ -74,13 +77,33 @@ static void sf_handler_count_ids(SfHandler *h, const char *agent, uint64_t n)
     g_mutex_unlock(&s->agents_lock);
 }
 
-/* Fills *unavailable and returns TRUE when the gate is closed or no worker is
- * held; otherwise stores the worker to use in *w. */
+/* The coarse monotonic clock in ms: a few ms behind CLOCK_MONOTONIC at most, much
+ * cheaper to read, and the lease's margin is seconds. */
+static int64_t sf_handler_coarse_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How many ms ago the lease ran out: 0 while valid or when there is none. */
+static int64_t sf_handler_lease_expired_ms(SfHandler *h)
+{
+    int64_t until = atomic_load_explicit(&h->lease_until, memory_order_acquire);
+    if (until == 0)
+        return 0;
+    int64_t now = sf_handler_coarse_mono_ms();
+    return now > until ? now - until : 0;
+}
+
+/* Fills *unavailable and returns TRUE when the gate is closed, no worker is
+ * held or the lease ran out; otherwise stores the worker to use in *w. */
 static gboolean sf_handler_refuse_if_closed(SfHandler *h, sf_worker **w,
                                             SfThriftServiceUnavailable **unavailable)
 {
     *w = g_atomic_pointer_get(&h->current);
-    if (G_LIKELY(*w != NULL && g_atomic_int_get(&h->serving)))
+    if (G_LIKELY(*w != NULL && g_atomic_int_get(&h->serving) &&
+                 sf_handler_lease_expired_ms(h) == 0))
         return FALSE;
     char *reason = NULL;
     sf_handler_is_serving(h, &reason);
@@ -231,16 +254,28 @@ void sf_handler_set_serving(SfHandler *h, gboolean serving, const char *reason)
     g_mutex_unlock(&h->lock);
 }
 
+void sf_handler_set_lease(SfHandler *h, int64_t valid_until_mono_ms)
+{
+    atomic_store_explicit(&h->lease_until, valid_until_mono_ms, memory_order_release);
+}
+
 gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
     gboolean has_worker = g_atomic_pointer_get(&h->current) != NULL;
-    gboolean serving = g_atomic_int_get(&h->serving) && has_worker;
+    gboolean open = g_atomic_int_get(&h->serving);
+    int64_t expired_ms = sf_handler_lease_expired_ms(h);
+    gboolean serving = open && has_worker && expired_ms == 0;
     if (!serving && reason != NULL) {
         g_mutex_lock(&h->lock);
         if (!has_worker)
             *reason = g_strdup("no worker id is held");
-        else
+        else if (!open)
             *reason = g_strdup(h->reason != NULL ? h->reason : "not serving");
+        else
+            *reason = g_strdup_printf("the ZooKeeper lease expired %" G_GINT64_FORMAT " ms ago: "
+                                      "the session may have expired and another node may "
+                                      "hold our worker id; waiting for the lease to be renewed",
+                                      (gint64)expired_ms);
         g_mutex_unlock(&h->lock);
     }
     return serving;
@@ -322,6 +357,7 @@ static void sf_handler_init(SfHandler *h)
     h->max_batch_size = 1;
     h->current = NULL;
     h->serving = 0;
+    atomic_init(&h->lease_until, 0);
     g_mutex_init(&h->lock);
     h->retired = g_ptr_array_new_with_free_func((GDestroyNotify)sf_worker_free);
     h->reason = g_strdup("starting");

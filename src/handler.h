@@ -49,6 +49,12 @@ void sf_handler_set_worker(SfHandler *h, sf_worker *w);
  * throw ServiceUnavailable carrying reason (copied; NULL = a generic text). */
 void sf_handler_set_serving(SfHandler *h, gboolean serving, const char *reason);
 
+/* Sets the lease: ids are handed out only while CLOCK_MONOTONIC (in ms) has not passed
+ * valid_until_mono_ms; once past it, get_id, get_ids and /health refuse until a later
+ * lease is set, even with the gate open. 0 = no lease (standalone: never expires).
+ * The registry renews it; it fences a process that was frozen past its session. */
+void sf_handler_set_lease(SfHandler *h, int64_t valid_until_mono_ms);
+
 /* TRUE when ids are being handed out; otherwise, when reason is non-NULL,
  * *reason receives a newly allocated explanation (free with g_free). */
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);

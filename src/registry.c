@@ -47,6 +47,7 @@ struct sf_registry {
     bool thread_started;
     pthread_t thread;
     int64_t next_state_write;
+    int64_t next_lease_renew; /* monotonic ms */
 };
 
 /* Formats into a caller's buffer; every error path uses it so messages are never lost. */
@@ -828,6 +829,38 @@ static bool still_own(sf_registry *r, int64_t id)
     return zoo_exists(r->zh, path, 0, &st) == ZOK && st.ephemeralOwner == session_id(r);
 }
 
+/* The lease's length and renewal period: a session is alive for at least the negotiated
+ * timeout after a round trip was sent; 2/3 of it leaves a margin for clock-rate
+ * differences and for the next holder's claim, and renewing every 1/6 keeps the lease
+ * valid through two failed renewals in a row. */
+static int64_t lease_length_ms(sf_registry *r)
+{
+    return (int64_t)r->negotiated_ms * 2 / 3;
+}
+
+static int64_t lease_period_ms(sf_registry *r)
+{
+    int64_t period = r->negotiated_ms / 6;
+    return period > 0 ? period : 1;
+}
+
+/* Renews the lease by evidence that the session is alive: a synchronous round trip that
+ * finds our worker node owned by our session. t0 is taken before the request goes out,
+ * so the lease never outlasts what ZooKeeper promised. On success reports the lease
+ * through on_lease and returns true; a failed round trip renews nothing. */
+static bool renew_lease(sf_registry *r, int64_t id)
+{
+    int64_t t0 = mono_ms();
+    if (!still_own(r, id))
+        return false;
+    if (r->o.on_lease)
+        r->o.on_lease(r->o.lease_ctx, t0 + lease_length_ms(r));
+    pthread_mutex_lock(&r->mu);
+    r->next_lease_renew = t0 + lease_period_ms(r);
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
 /* While not serving: re-opens an expired session and claims an id again. Returns true
  * once serving again. */
 static bool try_reclaim(sf_registry *r)
@@ -857,6 +890,11 @@ static bool try_reclaim(sf_registry *r)
         floor = read_floor(r, id);
     } else if (claim_once(r, 0, &id, &floor, err, sizeof err) != 0) {
         reg_log(r, "warning", "claiming a worker id again failed, will retry: %s", err);
+        return false;
+    }
+    if (!renew_lease(r, id)) {
+        reg_log(r, "warning", "worker node %s/%" PRId64 " is not ours right after claiming it; "
+                "will claim again", r->worker_id_path, id);
         return false;
     }
     pthread_mutex_lock(&r->mu);
@@ -896,6 +934,20 @@ static void *watch_loop(void *arg)
                 pthread_mutex_lock(&r->mu);
                 continue;
             }
+            if (r->connected && now >= r->next_lease_renew) {
+                int64_t id = r->held_id;
+                pthread_mutex_unlock(&r->mu);
+                if (!renew_lease(r, id)) {
+                    reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64
+                            ": ZooKeeper did not confirm %s/%" PRId64 " as ours; ids stop "
+                            "when the lease runs out", id, r->worker_id_path, id);
+                    pthread_mutex_lock(&r->mu);
+                    r->next_lease_renew = mono_ms() + 100;
+                } else {
+                    pthread_mutex_lock(&r->mu);
+                }
+                continue;
+            }
             if (r->connected && now >= r->next_state_write) {
                 r->next_state_write = now + r->o.state_interval_ms;
                 int64_t id = r->held_id;
@@ -924,8 +976,12 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
     pthread_mutex_lock(&r->mu);
     bool ok = r->held_id >= 0 && r->connected && !r->expired;
     int64_t id = r->held_id;
-    r->serving = ok && still_own(r, id);
-    ok = r->serving;
+    pthread_mutex_unlock(&r->mu);
+    /* The round trip runs outside the lock: its completion may wait behind a session
+     * event, and the session watcher takes the lock. */
+    ok = ok && renew_lease(r, id);
+    pthread_mutex_lock(&r->mu);
+    r->serving = ok;
     pthread_mutex_unlock(&r->mu);
     if (ok)
         report(r, true, id, read_floor(r, id), "worker id claimed");

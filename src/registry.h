@@ -34,6 +34,15 @@ typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *wo
 typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id,
                                      int64_t floor_ms, const char *reason);
 
+/* Told of every renewal of the lease while serving: ids may be handed out until the
+ * monotonic clock (CLOCK_MONOTONIC, ms) reaches valid_until_mono_ms, and no longer unless
+ * a later renewal arrives. Each renewal is a round trip to ZooKeeper proving our session
+ * and our worker node alive; the lease covers a process frozen past its session timeout
+ * (a stopped process or a paused machine), which the registry's thread cannot fence
+ * because it is frozen too. Called from the registry's own thread, before the on_state
+ * that opens the gate; must not call back into the registry. */
+typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_mono_ms);
+
 /* Returns the timestamp (Unix ms) of the last id handed out, or -1 before the first. */
 typedef int64_t (*sf_registry_last_ts_fn)(void *ctx);
 
@@ -61,6 +70,8 @@ typedef struct sf_registry_options {
     void *peer_ctx;
     sf_registry_state_fn on_state;
     void *state_ctx;
+    sf_registry_lease_fn on_lease;  /* optional */
+    void *lease_ctx;
     sf_registry_last_ts_fn last_timestamp; /* optional */
     void *last_ts_ctx;
     sf_registry_log_fn log;         /* optional; NULL = standard error */
@@ -89,7 +100,9 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
 
 /* Starts the registry's thread: it reports serving (or not) through on_state at once, then
  * every transition (session expired, disconnected too long, claimed again), and records
- * the last timestamp every state_interval_ms while serving. */
+ * the last timestamp every state_interval_ms while serving. While serving it renews the
+ * lease (on_lease) at least every negotiated session timeout / 6 ms, for 2/3 of the
+ * timeout from the moment each round trip was sent; also just before serving begins. */
 int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
 
 /* The id held now, or -1 while none is. */

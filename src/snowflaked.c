@@ -277,6 +277,14 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
     sf_handler_set_serving(d->handler, TRUE, NULL);
 }
 
+/* The lease follows the registry's renewals: ids stop when it runs out, even if the
+ * registry's thread has not fenced yet (the whole process was frozen). */
+static void sf_daemon_on_lease(void *ctx, int64_t valid_until_mono_ms)
+{
+    sf_daemon *d = ctx;
+    sf_handler_set_lease(d->handler, valid_until_mono_ms);
+}
+
 /* The node data peers and tools use to reach us: the bound address, or the host name
  * when bound to every interface. */
 static char *sf_daemon_host_port(sf_daemon *d)
@@ -313,6 +321,8 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     ro.peer_ctx = &d->peer_timeout_ms;
     ro.on_state = sf_daemon_on_state;
     ro.state_ctx = d;
+    ro.on_lease = sf_daemon_on_lease;
+    ro.lease_ctx = d;
     ro.last_timestamp = sf_daemon_last_timestamp;
     ro.last_ts_ctx = d;
     ro.log = sf_daemon_registry_log;

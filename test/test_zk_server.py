@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """test_zk_server.py -- snowflaked registered in a real ZooKeeper, end to end: static
 and automatic claims, conflicts, exhaustion, the peer sanity checks, fencing, restart
-safety, SIGTERM, and snowflake-zk against live holders. One ZooKeeper server serves
+safety, the lease (a frozen node), SIGTERM, and snowflake-zk against live holders. One ZooKeeper server serves
 every check; each check uses its own worker_id_path. Every process is stopped however
 the test ends."""
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -293,6 +294,62 @@ def fencing_and_reregistration():
     s.stop()
 
 
+def freeze(pid, timeout=5.0):
+    """Stops every thread of pid with SIGSTOP and waits until the kernel reports them all
+    stopped: kill() only queues the signal, and a thread still running could answer."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = []
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError("process %d did not stop within %.0f s" % (pid, timeout))
+
+
+def frozen_node_refuses_queued_request():
+    """A node frozen (SIGSTOP) for 3x its session timeout with a get_id already written
+    to its socket answers it with ServiceUnavailable, never an id: ZooKeeper expired the
+    session meanwhile and another node may hold the id, and the lease ran out before the
+    registry's thread could notice. Then the node registers again and serves."""
+    s = zk_server("/frozen", worker_id=8, admin=True).start()
+    try:
+        assert serving(s) == 8
+        client = s.client(timeout=30.0)
+        try:
+            assert decode(client.api.get_id("zktest"))[2] == 8
+            try:
+                freeze(s.proc.pid)
+                client.api.send_get_id("zktest")
+                time.sleep(3 * SESSION_MS / 1000.0)
+            finally:
+                os.kill(s.proc.pid, signal.SIGCONT)
+            try:
+                id_ = client.api.recv_get_id()
+                raise AssertionError("a frozen node handed out id %d (worker %d) after its "
+                                     "session expired; log:\n%s" % (id_, decode(id_)[2], s.log()))
+            except ServiceUnavailable as e:
+                assert "ZooKeeper" in e.message, e.message
+        finally:
+            client.close()
+        deadline = time.time() + 20
+        worker = None
+        while time.time() < deadline and worker is None:
+            with s.client() as api:
+                try:
+                    worker = decode(api.get_id("zktest"))[2]
+                except ServiceUnavailable:
+                    time.sleep(0.2)
+        assert worker == 8, "not serving again as 8 (%r); log:\n%s" % (worker, s.log())
+        assert s.http("/health")[0] == 200
+        assert "claimed again" in s.log(), s.log()
+    finally:
+        s.stop()
+
+
 def main():
     sftest.require_server()
     try:
@@ -313,6 +370,7 @@ def main():
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
     r.run(fencing_and_reregistration)
+    r.run(frozen_node_refuses_queued_request)
     r.finish()
 
 
