@@ -277,27 +277,133 @@ static bool wait_serving(state_log *s, bool want, int ms)
     return false;
 }
 
+/* Monotonic ms, the lease's clock. */
+static int64_t test_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+typedef struct lease_log {
+    pthread_mutex_t mu;
+    int renewals;
+    int64_t until;          /* the last lease reported */
+    int64_t reported_at;    /* when it was reported */
+    int64_t longest;        /* the longest until - reported_at seen */
+    int renewals_at_serving; /* renewals before the first serving report */
+    bool serving;
+} lease_log;
+
+/* Records each lease the registry reports, as the daemon's handler would. */
+static void on_lease(void *ctx, int64_t valid_until_mono_ms)
+{
+    lease_log *l = ctx;
+    int64_t now = test_mono_ms();
+    pthread_mutex_lock(&l->mu);
+    l->renewals++;
+    l->until = valid_until_mono_ms;
+    l->reported_at = now;
+    if (valid_until_mono_ms - now > l->longest)
+        l->longest = valid_until_mono_ms - now;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Notes how many leases came before the gate would open. */
+static void on_state_lease(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
+                           const char *reason)
+{
+    (void)worker_id;
+    (void)floor_ms;
+    (void)reason;
+    lease_log *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (serving && !l->serving && l->renewals_at_serving < 0)
+        l->renewals_at_serving = l->renewals;
+    l->serving = serving;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Reads one lease_log field under its lock. */
+static lease_log lease_snapshot(lease_log *l)
+{
+    pthread_mutex_lock(&l->mu);
+    lease_log copy = *l;
+    pthread_mutex_unlock(&l->mu);
+    return copy;
+}
+
+START_TEST(lease_renewed_while_serving)
+{
+    sf_registry_options o;
+    char err[SF_REGISTRY_ERR_MAX];
+    int64_t id, floor;
+    lease_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false};
+    test_options(&o, "/t-lease", 6);
+    o.on_state = on_state_lease;
+    o.state_ctx = &log;
+    o.on_lease = on_lease;
+    o.lease_ctx = &log;
+    sf_registry *r = sf_registry_new(&o, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    int64_t length = sf_registry_session_timeout_ms(r) * 2 / 3;
+    int64_t period = sf_registry_session_timeout_ms(r) / 6;
+    ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(lease_snapshot(&log).renewals, 0);
+    ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
+    lease_log at_start = lease_snapshot(&log);
+    ck_assert(at_start.serving);
+    ck_assert_msg(at_start.renewals_at_serving >= 1, "serving began before any lease");
+    ck_assert_int_gt(at_start.until, test_mono_ms());
+    /* Renewals every period: three of them take 1 s; a loaded ZooKeeper may be slower. */
+    lease_log later = at_start;
+    for (int i = 0; i < 50 && later.renewals - at_start.renewals < 3; i++) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        later = lease_snapshot(&log);
+    }
+    ck_assert_msg(later.renewals - at_start.renewals >= 3,
+                  "%d renewals in 5 s, period %" PRId64 " ms",
+                  later.renewals - at_start.renewals, period);
+    ck_assert_int_gt(later.until, at_start.until);
+    ck_assert_int_gt(later.until, test_mono_ms());
+    ck_assert_msg(later.longest <= length && later.longest > length / 2,
+                  "a lease of %" PRId64 " ms, expected %" PRId64 " (2/3 of the session)",
+                  later.longest, length);
+    sf_registry_close(r);
+}
+END_TEST
+
 START_TEST(fencing_stops_and_resumes)
 {
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
     state_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false};
+    lease_log lease = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false};
     test_options(&o, "/t-fence", 4);
     o.session_timeout_ms = 1200;
     o.on_state = on_state;
     o.state_ctx = &log;
+    o.on_lease = on_lease;
+    o.lease_ctx = &lease;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
     ck_assert(wait_serving(&log, true, 1000));
     ck_assert_int_eq(sf_test_zk_stop(&zk), 0);
+    int64_t stopped_at = test_mono_ms();
     ck_assert_msg(wait_serving(&log, false, 3000), "still serving without ZooKeeper");
+    /* A failed round trip renews nothing: the last lease predates the stop. */
+    int64_t last_until = lease_snapshot(&lease).until;
+    ck_assert_int_gt(last_until, 0);
+    ck_assert_int_le(last_until, stopped_at + sf_registry_session_timeout_ms(r) * 2 / 3);
     ck_assert_int_eq(sf_registry_worker_id(r), -1);
     nanosleep(&(struct timespec){2, 0}, NULL); /* longer than the session timeout */
+    ck_assert_int_eq(lease_snapshot(&lease).until, last_until);
     ck_assert_int_eq(sf_test_zk_restart(&zk), 0);
     ck_assert_msg(wait_serving(&log, true, 15000), "did not serve again after ZooKeeper came back");
+    ck_assert_int_gt(lease_snapshot(&lease).until, test_mono_ms());
     ck_assert_int_eq(sf_registry_worker_id(r), 4);
     ck_assert_int_eq(log.fenced_reports, 1);
     ck_assert_int_eq(log.serving_reports, 2);
@@ -330,6 +436,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, restart_safety_refuses_far_recorded_timestamp);
     tcase_add_test(tc, auth_protects_nodes);
     tcase_add_test(tc, no_server_is_a_clear_error);
+    tcase_add_test(tc, lease_renewed_while_serving);
     tcase_add_test(tc, fencing_stops_and_resumes);
     suite_add_tcase(s, tc);
     return s;
