@@ -525,6 +525,66 @@ START_TEST(test_gate)
 }
 END_TEST
 
+/* Monotonic ms, the lease's clock. */
+static int64_t test_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+START_TEST(test_lease)
+{
+    client *c = client_open();
+    gint64 v = 0;
+    GError *err = NULL;
+    SfThriftInvalidSystemClock *ce = NULL;
+    SfThriftInvalidUserAgentError *ae = NULL;
+    SfThriftServiceUnavailable *ue = NULL;
+    /* No lease (standalone) serves. */
+    sf_handler_set_lease(handler, 0);
+    ck_assert(sf_handler_is_serving(handler, NULL));
+    ck_assert_int_gt(client_get_id(c, "lease"), 0);
+    /* A lease in the future serves. */
+    sf_handler_set_lease(handler, test_mono_ms() + 60000);
+    ck_assert(sf_handler_is_serving(handler, NULL));
+    ck_assert_int_gt(client_get_id(c, "lease"), 0);
+    /* A lease in the past refuses get_id, get_ids and the health check, with the gate open. */
+    sf_handler_set_lease(handler, test_mono_ms() - 5000);
+    ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "lease", &ce, &ae, &ue, &err));
+    ck_assert_ptr_nonnull(ue);
+    gchar *msg = NULL;
+    g_object_get(ue, "message", &msg, NULL);
+    ck_assert_msg(strstr(msg, "lease expired") != NULL && strstr(msg, "ms ago") != NULL, "%s",
+                  msg);
+    g_free(msg);
+    g_clear_object(&ue);
+    g_clear_error(&err);
+    GArray *ids = g_array_new(FALSE, FALSE, sizeof(gint64));
+    SfThriftInvalidRequestError *re = NULL;
+    ck_assert(!sf_thrift_snowflake_if_get_ids(c->iface, &ids, "lease", 5, &ce, &ae, &re, &ue,
+                                              &err));
+    ck_assert_ptr_nonnull(ue);
+    ck_assert_uint_eq(ids->len, 0);
+    g_clear_object(&ue);
+    g_clear_error(&err);
+    g_array_unref(ids);
+    char *reason = NULL;
+    ck_assert(!sf_handler_is_serving(handler, &reason));
+    ck_assert_ptr_nonnull(reason);
+    ck_assert_msg(strstr(reason, "lease expired") != NULL, "%s", reason);
+    g_free(reason);
+    /* A renewed lease serves again. */
+    sf_handler_set_lease(handler, test_mono_ms() + 60000);
+    ck_assert_int_gt(client_get_id(c, "lease"), 0);
+    client_close(c);
+    sf_handler_stats hs;
+    sf_handler_get_stats(handler, &hs);
+    ck_assert_uint_eq(hs.unavailable_errors, 2);
+    ck_assert(hs.serving);
+}
+END_TEST
+
 static void count_agent(const char *agent, uint64_t count, void *ctx)
 {
     GHashTable *seen = ctx;
@@ -714,6 +774,7 @@ static Suite *server_suite(void)
     tcase_add_test(tc, test_frame_cut_short);
     tcase_add_test(tc, test_idle_timeout);
     tcase_add_test(tc, test_gate);
+    tcase_add_test(tc, test_lease);
     tcase_add_test(tc, test_per_agent_counts);
     tcase_add_test(tc, test_max_connections);
     tcase_add_test(tc, test_graceful_stop_answers_received_frames);
