@@ -820,19 +820,29 @@ static void report(sf_registry *r, bool serving, int64_t id, int64_t floor, cons
         r->o.on_state(r->o.state_ctx, serving, id, floor, reason);
 }
 
-/* True if worker_id_path/id exists and belongs to our current session. */
-static bool still_own(sf_registry *r, int64_t id)
+/* Asks ZooKeeper whether worker_id_path/id exists and belongs to our current session:
+ * 1 = yes, 0 = no answer (connection lost, timeout), -1 = ZooKeeper says it is not ours. */
+static int check_own(sf_registry *r, int64_t id)
 {
     char path[PATH_MAX_LEN];
     struct Stat st;
     snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, id);
-    return zoo_exists(r->zh, path, 0, &st) == ZOK && st.ephemeralOwner == session_id(r);
+    int rc = zoo_exists(r->zh, path, 0, &st);
+    if (rc == ZOK)
+        return st.ephemeralOwner == session_id(r) ? 1 : -1;
+    return rc == ZNONODE ? -1 : 0;
+}
+
+/* True if worker_id_path/id exists and belongs to our current session. */
+static bool still_own(sf_registry *r, int64_t id)
+{
+    return check_own(r, id) == 1;
 }
 
 /* The lease's length and renewal period: a session is alive for at least the negotiated
  * timeout after a round trip was sent; 2/3 of it leaves a margin for clock-rate
  * differences and for the next holder's claim, and renewing every 1/6 keeps the lease
- * valid through two failed renewals in a row. */
+ * valid through a few slow or failed round trips in a row. */
 static int64_t lease_length_ms(sf_registry *r)
 {
     return (int64_t)r->negotiated_ms * 2 / 3;
@@ -847,18 +857,20 @@ static int64_t lease_period_ms(sf_registry *r)
 /* Renews the lease by evidence that the session is alive: a synchronous round trip that
  * finds our worker node owned by our session. t0 is taken before the request goes out,
  * so the lease never outlasts what ZooKeeper promised. On success reports the lease
- * through on_lease and returns true; a failed round trip renews nothing. */
-static bool renew_lease(sf_registry *r, int64_t id)
+ * through on_lease and returns 1; a failed round trip renews nothing and returns 0, or
+ * -1 when ZooKeeper answered that the node is gone or another session's. */
+static int renew_lease(sf_registry *r, int64_t id)
 {
     int64_t t0 = mono_ms();
-    if (!still_own(r, id))
-        return false;
+    int own = check_own(r, id);
+    if (own != 1)
+        return own;
     if (r->o.on_lease)
         r->o.on_lease(r->o.lease_ctx, t0 + lease_length_ms(r));
     pthread_mutex_lock(&r->mu);
     r->next_lease_renew = t0 + lease_period_ms(r);
     pthread_mutex_unlock(&r->mu);
-    return true;
+    return 1;
 }
 
 /* While not serving: re-opens an expired session and claims an id again. Returns true
@@ -892,7 +904,7 @@ static bool try_reclaim(sf_registry *r)
         reg_log(r, "warning", "claiming a worker id again failed, will retry: %s", err);
         return false;
     }
-    if (!renew_lease(r, id)) {
+    if (renew_lease(r, id) != 1) {
         reg_log(r, "warning", "worker node %s/%" PRId64 " is not ours right after claiming it; "
                 "will claim again", r->worker_id_path, id);
         return false;
@@ -915,6 +927,7 @@ static void *watch_loop(void *arg)
 {
     sf_registry *r = arg;
     int64_t next_retry = 0;
+    bool lease_failing = false; /* warn once per run of failed renewals */
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
         int64_t now = mono_ms();
@@ -937,13 +950,20 @@ static void *watch_loop(void *arg)
             if (r->connected && now >= r->next_lease_renew) {
                 int64_t id = r->held_id;
                 pthread_mutex_unlock(&r->mu);
-                if (!renew_lease(r, id)) {
+                int renewed = renew_lease(r, id);
+                if (renewed == 0 && !lease_failing)
                     reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64
-                            ": ZooKeeper did not confirm %s/%" PRId64 " as ours; ids stop "
-                            "when the lease runs out", id, r->worker_id_path, id);
-                    pthread_mutex_lock(&r->mu);
+                            ": no answer from ZooKeeper; ids stop when the lease runs out",
+                            id);
+                lease_failing = renewed != 1;
+                pthread_mutex_lock(&r->mu);
+                if (renewed == 0) {
                     r->next_lease_renew = mono_ms() + 100;
-                } else {
+                } else if (renewed < 0 && r->serving) {
+                    r->serving = false;
+                    pthread_mutex_unlock(&r->mu);
+                    report(r, false, id, -1, "our worker node in ZooKeeper is gone or held by "
+                           "another session; another node may hold our worker id");
                     pthread_mutex_lock(&r->mu);
                 }
                 continue;
@@ -979,7 +999,7 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
     pthread_mutex_unlock(&r->mu);
     /* The round trip runs outside the lock: its completion may wait behind a session
      * event, and the session watcher takes the lock. */
-    ok = ok && renew_lease(r, id);
+    ok = ok && renew_lease(r, id) == 1;
     pthread_mutex_lock(&r->mu);
     r->serving = ok;
     pthread_mutex_unlock(&r->mu);
