@@ -5,13 +5,14 @@
  * is written as "CONNECTION WORKER DATACENTER ID" to OUT_DIR/conn-N.ids, for
  * idcheck; WORKER and DATACENTER are what the issuing node last reported for
  * itself. A node's worker id can change only across a period in which it
- * refuses ids (fenced) or a reconnection, so the client asks again after
- * each. A broken connection is replaced by a new one with a new name, since
+ * refuses ids (fenced) or a reconnection, so after each the client asks
+ * again right after the first id it then gets. A broken connection is replaced by a new one with a new name, since
  * only ids on one connection must increase.
  *
  * Usage: chaos_load OUT_DIR SECONDS CONNECTIONS HOST:PORT...
  * Prints one line of key=value totals: ids, clock_errors, unavailable_errors,
- * transport_errors, other_errors, reconnects. */
+ * transport_errors, other_errors, reconnects, and unrecorded (ids received
+ * whose node broke before it could say which worker id made them). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -35,7 +36,7 @@
 
 typedef struct chaos_totals {
     atomic_uint_fast64_t ids, clock_errors, unavailable_errors, transport_errors, other_errors,
-        reconnects;
+        reconnects, unrecorded;
 } chaos_totals;
 
 typedef struct chaos_conn {
@@ -126,7 +127,10 @@ static void *chaos_thread(void *arg)
     }
     chaos_conn c = { 0 };
     int generation = 0;
-    gboolean connected = FALSE, identify = TRUE;
+    /* verify: the node refused ids, so it may come back with another worker
+     * id; it switches the id before it serves again, so the identity read
+     * right after the first id it gives is the one that id was made with. */
+    gboolean connected = FALSE, identify = TRUE, verify = FALSE;
     gint64 worker = -1, datacenter = -1;
     while (chaos_now() < job->end) {
         if (!connected) {
@@ -135,7 +139,7 @@ static void *chaos_thread(void *arg)
                 continue;
             }
             connected = TRUE;
-            identify = TRUE;
+            identify = verify = TRUE;
             generation++;
             atomic_fetch_add(&job->totals->reconnects, 1);
         }
@@ -159,6 +163,14 @@ static void *chaos_thread(void *arg)
         SfThriftServiceUnavailable *unavailable = NULL;
         if (sf_thrift_snowflake_if_get_id(c.client, &id, "chaos", &clock_error, &agent_error,
                                           &unavailable, &error)) {
+            if (verify && !chaos_identify(&c, &worker, &datacenter)) {
+                atomic_fetch_add(&job->totals->transport_errors, 1);
+                chaos_close(&c);
+                connected = FALSE;
+                atomic_fetch_add(&job->totals->unrecorded, 1);
+                continue;
+            }
+            verify = FALSE;
             fprintf(out, "n%d-c%d-g%d %" G_GINT64_FORMAT " %" G_GINT64_FORMAT " %" G_GINT64_FORMAT "\n",
                     job->port, job->index, generation, worker, datacenter, id);
             atomic_fetch_add(&job->totals->ids, 1);
@@ -169,7 +181,7 @@ static void *chaos_thread(void *arg)
             chaos_sleep_ms(10);
         } else if (unavailable != NULL) {
             atomic_fetch_add(&job->totals->unavailable_errors, 1);
-            identify = TRUE; /* it may come back with another worker id */
+            identify = verify = TRUE; /* it may come back with another worker id */
             chaos_sleep_ms(20);
         } else if (agent_error != NULL) {
             atomic_fetch_add(&job->totals->other_errors, 1);
@@ -231,10 +243,11 @@ int main(int argc, char **argv)
         g_thread_join(threads[i]);
     printf("chaos_load: ids=%" PRIuFAST64 " clock_errors=%" PRIuFAST64
            " unavailable_errors=%" PRIuFAST64 " transport_errors=%" PRIuFAST64
-           " other_errors=%" PRIuFAST64 " reconnects=%" PRIuFAST64 "\n",
+           " other_errors=%" PRIuFAST64 " reconnects=%" PRIuFAST64 " unrecorded=%" PRIuFAST64 "\n",
            atomic_load(&totals.ids), atomic_load(&totals.clock_errors),
            atomic_load(&totals.unavailable_errors), atomic_load(&totals.transport_errors),
-           atomic_load(&totals.other_errors), atomic_load(&totals.reconnects));
+           atomic_load(&totals.other_errors), atomic_load(&totals.reconnects),
+           atomic_load(&totals.unrecorded));
     g_free(jobs);
     g_free(threads);
     return 0;
