@@ -229,7 +229,7 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
 
 SfHandler *sf_handler_new(int max_batch_size)
 {
-    sf_thrift_fix_struct_finalize();
+    sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
     SfHandler *h = g_object_new(SF_TYPE_HANDLER, NULL);
     h->max_batch_size = max_batch_size >= 1 ? max_batch_size : 1;

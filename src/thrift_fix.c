@@ -5,7 +5,9 @@
 #include <glib-object.h>
 #include <thrift/c_glib/processor/thrift_dispatch_processor.h>
 #include <thrift/c_glib/thrift_application_exception.h>
+#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/thrift_struct.h>
+#include <thrift/c_glib/transport/thrift_framed_transport.h>
 
 #include "sf_thrift_snowflake.h"
 #include "sf_thrift_snowflake_types.h"
@@ -22,7 +24,7 @@ static int sf_thrift_fix_count;
 
 /* Runs the generated finalize, then the parent class's (GObject's), which
  * frees the instance's qdata. */
-static void sf_thrift_fix_finalize(GObject *object)
+static void sf_thrift_fix_finalize_chained(GObject *object)
 {
     GType type = G_OBJECT_TYPE(object);
     for (int i = 0; i < sf_thrift_fix_count; i++) {
@@ -61,7 +63,7 @@ static void sf_thrift_fix_register_types(void)
     g_type_ensure(THRIFT_TYPE_APPLICATION_EXCEPTION);
 }
 
-void sf_thrift_fix_struct_finalize(void)
+void sf_thrift_fix_finalize(void)
 {
     static gsize done = 0;
     if (!g_once_init_enter(&done))
@@ -84,9 +86,19 @@ void sf_thrift_fix_struct_finalize(void)
         sf_thrift_fix_entries[sf_thrift_fix_count].type = children[i];
         sf_thrift_fix_entries[sf_thrift_fix_count].finalize = klass->finalize;
         sf_thrift_fix_count++;
-        klass->finalize = sf_thrift_fix_finalize;
+        klass->finalize = sf_thrift_fix_finalize_chained;
     }
     g_free(children);
+    /* So do the library's framed transport and binary protocol, which every
+     * client connection (peer checks, the CLI) creates and drops. */
+    const GType library[] = { THRIFT_TYPE_FRAMED_TRANSPORT, THRIFT_TYPE_BINARY_PROTOCOL };
+    for (size_t i = 0; i < G_N_ELEMENTS(library) && sf_thrift_fix_count < SF_THRIFT_FIX_MAX; i++) {
+        GObjectClass *klass = g_type_class_ref(library[i]);
+        sf_thrift_fix_entries[sf_thrift_fix_count].type = library[i];
+        sf_thrift_fix_entries[sf_thrift_fix_count].finalize = klass->finalize;
+        sf_thrift_fix_count++;
+        klass->finalize = sf_thrift_fix_finalize_chained;
+    }
     g_once_init_leave(&done, 1);
 }
 

@@ -222,7 +222,7 @@ int main(int argc, char **argv)
     }
     /* The generated types register themselves on first use, which is not
      * thread-safe: register them all before the threads start. */
-    sf_thrift_fix_struct_finalize();
+    sf_thrift_fix_finalize();
     chaos_totals totals = { 0 };
     chaos_job *jobs = g_new0(chaos_job, conns);
     GThread **threads = g_new0(GThread *, conns);

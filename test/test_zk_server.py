@@ -205,10 +205,11 @@ def restart_safety_waits_or_refuses():
     waits then serves ids after it; beyond it, it exits saying how far behind it is."""
     zk = ZK.client()
     try:
-        ahead = int(time.time() * 1000) + 1500
+        # Far enough ahead to outlast a slow start (under valgrind it takes seconds).
+        ahead = int(time.time() * 1000) + 6000
         zk.create("/rs-state/6", str(ahead).encode(), makepath=True)
         s = zk_server("/rs", worker_id=6,
-                      extra=["--set", "snowflake.max_clock_backward_wait_ms=5000"]).start()
+                      extra=["--set", "snowflake.max_clock_backward_wait_ms=15000"]).start()
         serving(s)
         assert "waiting" in s.log(), s.log()
         with s.client() as api:
