@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "load_clock.h"
 #include "load_wire.h"
 
 typedef enum { ABUSE_SLOWLORIS, ABUSE_BIGFRAME, ABUSE_PIPELINE, ABUSE_CHURN } abuse_mode;
@@ -37,23 +38,6 @@ typedef struct abuse_options {
     long requests;   /* pipeline */
     int rate;        /* churn: connections per second; bigframe: attempts per second */
 } abuse_options;
-
-static volatile sig_atomic_t stop_requested;
-
-/* Signal handler: only sets a flag that the loops check. */
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
-/* Monotonic time in nanoseconds. */
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Sleeps until the monotonic time t_ns (returns early on a signal). */
 static void sleep_until(int64_t t_ns)
@@ -115,8 +99,8 @@ static int run_slowloris(const abuse_options *opt, const struct sockaddr_in *add
             return 1;
         }
     }
-    int64_t start = now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
-    for (int64_t tick = start; tick < end && !stop_requested; tick += 1000000000LL) {
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    for (int64_t tick = start; tick < end && !load_stop_requested; tick += 1000000000LL) {
         sleep_until(tick);
         for (int i = 0; i < n; i++) {
             if (fds[i] >= 0 && peer_closed(fds[i])) {
@@ -159,9 +143,9 @@ static int run_bigframe(const abuse_options *opt, const struct sockaddr_in *addr
     msg[0] = 0x80; /* 0x80000000 = 2 GiB */
     msg[1] = msg[2] = msg[3] = 0;
     long attempts = 0, refused = 0, not_refused = 0, connect_failures = 0;
-    int64_t start = now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
     int64_t step = 1000000000LL / opt->rate;
-    for (int64_t t = start; t < end && !stop_requested; t += step) {
+    for (int64_t t = start; t < end && !load_stop_requested; t += step) {
         sleep_until(t);
         int fd = connect_to(addr);
         if (fd < 0) {
@@ -172,9 +156,9 @@ static int run_bigframe(const abuse_options *opt, const struct sockaddr_in *addr
         send(fd, msg, sizeof msg, MSG_NOSIGNAL); /* a reset mid-send is a refusal too */
         struct pollfd p = {.fd = fd, .events = POLLIN};
         bool closed = false;
-        int64_t wait_end = now_ns() + 5000000000LL;
-        while (!closed && now_ns() < wait_end && !stop_requested) {
-            int rc = poll(&p, 1, (int)((wait_end - now_ns()) / 1000000) + 1);
+        int64_t wait_end = load_now_ns() + 5000000000LL;
+        while (!closed && load_now_ns() < wait_end && !load_stop_requested) {
+            int rc = poll(&p, 1, (int)((wait_end - load_now_ns()) / 1000000) + 1);
             if (rc > 0)
                 closed = peer_closed(fd);
             else if (rc < 0 && errno != EINTR)
@@ -213,9 +197,9 @@ static int run_pipeline(const abuse_options *opt, const struct sockaddr_in *addr
     }
     for (size_t off = 0; off < chunk_cap; off += req_len)
         memcpy(chunk + off, req, req_len);
-    int64_t start = now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
     int64_t all_written_at = -1;
-    while (now_ns() < end && !stop_requested) {
+    while (load_now_ns() < end && !load_stop_requested) {
         if (written < total) {
             size_t off = written % chunk_cap, len = chunk_cap - off;
             if (len > total - written)
@@ -224,14 +208,14 @@ static int run_pipeline(const abuse_options *opt, const struct sockaddr_in *addr
             if (n > 0) {
                 written += (size_t)n;
                 if (written == total)
-                    all_written_at = now_ns();
+                    all_written_at = load_now_ns();
                 continue;
             }
             if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 break; /* the server closed the connection */
         }
         struct pollfd p = {.fd = fd, .events = written < total ? POLLOUT : 0};
-        int ms = (int)((end - now_ns()) / 1000000);
+        int ms = (int)((end - load_now_ns()) / 1000000);
         poll(&p, 1, ms > 100 ? 100 : (ms < 0 ? 0 : ms));
     }
     free(chunk);
@@ -240,9 +224,9 @@ static int run_pipeline(const abuse_options *opt, const struct sockaddr_in *addr
     long replies = 0;
     uint8_t buf[65536];
     size_t have = 0;
-    int64_t drain_end = now_ns() + 10000000000LL;
+    int64_t drain_end = load_now_ns() + 10000000000LL;
     bool eof = false;
-    while (replies < requests_written && !eof && now_ns() < drain_end && !stop_requested) {
+    while (replies < requests_written && !eof && load_now_ns() < drain_end && !load_stop_requested) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 100) <= 0)
             continue;
@@ -282,10 +266,10 @@ static int run_churn(const abuse_options *opt, const struct sockaddr_in *addr)
 {
     long opened = 0, failures = 0;
     int first_errno = 0;
-    int64_t start = now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
     int64_t step = 1000000000LL / opt->rate;
     int64_t t = start;
-    for (; t < end && !stop_requested; t += step) {
+    for (; t < end && !load_stop_requested; t += step) {
         sleep_until(t);
         int fd = connect_to(addr);
         if (fd < 0) {
@@ -297,7 +281,7 @@ static int run_churn(const abuse_options *opt, const struct sockaddr_in *addr)
         opened++;
         close(fd);
     }
-    double secs = (double)(now_ns() - start) / 1e9;
+    double secs = (double)(load_now_ns() - start) / 1e9;
     printf("abuse_client: mode=churn seconds=%.1f target_rate=%d opened=%ld rate=%.0f "
            "failures=%ld%s%s\n",
            opt->seconds, opt->rate, opened, secs > 0 ? (double)opened / secs : 0, failures,
@@ -411,11 +395,7 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    load_catch_signals();
 
     size_t req_len = 0;
     uint8_t *req = load_wire_encode("abuse", 0, &req_len);

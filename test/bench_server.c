@@ -38,6 +38,7 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/transport/thrift_memory_buffer.h>
 
+#include "load_clock.h"
 #include "load_wire.h"
 #include "sf_thrift_snowflake.h"
 
@@ -117,23 +118,6 @@ typedef struct bench_state {
     bench_stats stats;
     bool sending; /* false once the measuring window has closed */
 } bench_state;
-
-static volatile sig_atomic_t stop_requested;
-
-/* Signal handler: only sets a flag that the event loop checks. */
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
-/* Monotonic time in nanoseconds, the clock of every latency sample. */
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Maps a latency to its histogram bucket. */
 static int hist_index(int64_t ns)
@@ -393,7 +377,7 @@ static bool conn_watch(bench_state *st, bench_conn *c, uint32_t events)
 static void conn_send(bench_state *st, bench_conn *c)
 {
     if (c->sent == 0)
-        c->sent_at_ns = now_ns();
+        c->sent_at_ns = load_now_ns();
     while (c->sent < st->request_len) {
         ssize_t n = send(c->fd, st->request + c->sent, st->request_len - c->sent, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
@@ -560,7 +544,7 @@ static void loop_once(bench_state *st, int timeout_ms)
             note_error(st, "epoll_wait: %s", strerror(errno));
         return;
     }
-    int64_t now = now_ns();
+    int64_t now = load_now_ns();
     for (int i = 0; i < n; i++) {
         bench_conn *c = events[i].data.ptr;
         if (c->state == CONN_CLOSED)
@@ -583,7 +567,7 @@ static void loop_once(bench_state *st, int timeout_ms)
 /* Milliseconds until deadline_ns, rounded up, at least 0. */
 static int ms_until(int64_t deadline_ns)
 {
-    int64_t left = deadline_ns - now_ns();
+    int64_t left = deadline_ns - load_now_ns();
     if (left <= 0)
         return 0;
     return (int)((left + 999999) / 1000000);
@@ -594,9 +578,9 @@ static bool connect_all(bench_state *st, const struct sockaddr_in *addr)
 {
     if (!open_connections(st, addr))
         return false;
-    int64_t deadline = now_ns() + BENCH_CONNECT_TIMEOUT_NS;
-    while (count_state(st, CONN_CONNECTING) > 0 && !stop_requested) {
-        if (now_ns() >= deadline) {
+    int64_t deadline = load_now_ns() + BENCH_CONNECT_TIMEOUT_NS;
+    while (count_state(st, CONN_CONNECTING) > 0 && !load_stop_requested) {
+        if (load_now_ns() >= deadline) {
             fprintf(stderr, "bench_server: %d of %d connections to %s:%d still pending after 10 s\n",
                     count_state(st, CONN_CONNECTING), st->opt.connections, st->opt.host,
                     st->opt.port);
@@ -608,7 +592,7 @@ static bool connect_all(bench_state *st, const struct sockaddr_in *addr)
         fprintf(stderr, "bench_server: %s\n", st->stats.first_error);
         return false;
     }
-    return !stop_requested;
+    return !load_stop_requested;
 }
 
 /* Runs the measuring window: every connection sends, and each reply triggers the
@@ -616,21 +600,21 @@ static bool connect_all(bench_state *st, const struct sockaddr_in *addr)
 static void run_load(bench_state *st, int64_t *elapsed_ns)
 {
     st->sending = true;
-    int64_t start = now_ns();
+    int64_t start = load_now_ns();
     int64_t end = start + (int64_t)(st->opt.seconds * 1e9);
     for (int i = 0; i < st->opt.connections; i++)
         conn_send(st, &st->conns[i]);
-    while (!stop_requested && now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections)
+    while (!load_stop_requested && load_now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections)
         loop_once(st, ms_until(end));
-    int64_t stop = now_ns();
+    int64_t stop = load_now_ns();
     *elapsed_ns = (stop < end ? stop : end) - start;
     st->sending = false;
     bench_stats counted = st->stats;
     bench_hist *counted_hist = malloc(sizeof *counted_hist);
     if (counted_hist != NULL)
         memcpy(counted_hist, &st->hist, sizeof *counted_hist);
-    int64_t drain_end = now_ns() + BENCH_DRAIN_TIMEOUT_NS;
-    while (count_state(st, CONN_WAITING) > 0 && now_ns() < drain_end)
+    int64_t drain_end = load_now_ns() + BENCH_DRAIN_TIMEOUT_NS;
+    while (count_state(st, CONN_WAITING) > 0 && load_now_ns() < drain_end)
         loop_once(st, ms_until(drain_end));
     /* Replies that arrive after the window are checked, not counted. */
     uint64_t late_errors = st->stats.errors - counted.errors;
@@ -652,14 +636,14 @@ static void run_idle(bench_state *st)
     st->sending = false;
     for (int i = 0; i < st->opt.connections; i++)
         conn_send(st, &st->conns[i]);
-    int64_t deadline = now_ns() + BENCH_CONNECT_TIMEOUT_NS;
-    while (count_state(st, CONN_WAITING) > 0 && now_ns() < deadline && !stop_requested)
+    int64_t deadline = load_now_ns() + BENCH_CONNECT_TIMEOUT_NS;
+    while (count_state(st, CONN_WAITING) > 0 && load_now_ns() < deadline && !load_stop_requested)
         loop_once(st, ms_until(deadline));
     int open = count_state(st, CONN_READY);
     printf("bench_server: holding %d idle connections\n", open);
     fflush(stdout);
-    int64_t end = now_ns() + (int64_t)(st->opt.seconds * 1e9);
-    while (!stop_requested && now_ns() < end)
+    int64_t end = load_now_ns() + (int64_t)(st->opt.seconds * 1e9);
+    while (!load_stop_requested && load_now_ns() < end)
         loop_once(st, ms_until(end) > 1000 ? 1000 : ms_until(end));
 }
 
@@ -834,11 +818,7 @@ int main(int argc, char **argv)
     struct sockaddr_in addr;
     resolve(&st->opt, &addr);
     raise_fd_limit(st->opt.connections);
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    load_catch_signals();
 
     if (!encode_request(st))
         return 1;
