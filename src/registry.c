@@ -809,15 +809,16 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
     return 0;
 }
 
-/* Calls on_state outside the lock. */
+/* Calls on_state outside the lock; without one, logs the transition itself
+ * (with one, the caller logs it, once). */
 static void report(sf_registry *r, bool serving, int64_t id, int64_t floor, const char *reason)
 {
-    if (serving)
+    if (r->o.on_state)
+        r->o.on_state(r->o.state_ctx, serving, id, floor, reason);
+    else if (serving)
         reg_log(r, "info", "serving as worker id %" PRId64, id);
     else
         reg_log(r, "error", "not serving: %s", reason);
-    if (r->o.on_state)
-        r->o.on_state(r->o.state_ctx, serving, id, floor, reason);
 }
 
 /* Asks ZooKeeper whether worker_id_path/id exists and belongs to our current session:
