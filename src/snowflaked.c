@@ -87,41 +87,38 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
     sf_server_stats ss;
     sf_handler_get_stats(d->handler, &hs);
     sf_server_get_stats(d->server, &ss);
-    const sf_admin_kind C = SF_ADMIN_COUNTER, G = SF_ADMIN_GAUGE;
-    sf_admin_snapshot_add(snap, C, "ids_generated", NULL, (int64_t)hs.ids_generated,
-                          "Ids handed out");
-    sf_admin_snapshot_add(snap, C, "exceptions", NULL, (int64_t)hs.exceptions,
-                          "Declared exceptions thrown to clients");
-    sf_admin_snapshot_add(snap, C, "invalid_agent_errors", NULL, (int64_t)hs.agent_errors,
-                          "Calls refused for a bad user agent");
-    sf_admin_snapshot_add(snap, C, "invalid_request_errors", NULL, (int64_t)hs.request_errors,
-                          "get_ids calls refused for their count");
-    sf_admin_snapshot_add(snap, C, "unavailable_errors", NULL, (int64_t)hs.unavailable_errors,
-                          "Calls refused while not serving");
-    sf_admin_snapshot_add(snap, C, "sequence_waits", NULL, (int64_t)hs.sequence_waits,
-                          "Waits for the next millisecond after 4096 ids in one");
-    sf_admin_snapshot_add(snap, C, "clock_backward_waits", NULL, (int64_t)hs.clock_backward_waits,
-                          "Small backward clock steps waited out");
-    sf_admin_snapshot_add(snap, C, "clock_backward_errors", NULL,
-                          (int64_t)hs.clock_backward_errors,
-                          "Ids refused because the clock moved backwards");
-    sf_admin_snapshot_add(snap, C, "connections_accepted", NULL,
-                          (int64_t)ss.connections_accepted, "Thrift connections accepted");
-    sf_admin_snapshot_add(snap, C, "connections_refused", NULL, (int64_t)ss.connections_refused,
-                          "Thrift connections refused over max_connections");
-    sf_admin_snapshot_add(snap, C, "frames_processed", NULL, (int64_t)ss.frames_processed,
-                          "Requests answered");
-    sf_admin_snapshot_add(snap, C, "frames_refused", NULL, (int64_t)ss.frames_refused,
-                          "Oversized, malformed or truncated frames");
-    sf_admin_snapshot_add(snap, C, "idle_timeouts", NULL, (int64_t)ss.idle_timeouts,
-                          "Connections closed after idle_timeout_ms");
-    sf_admin_snapshot_add(snap, C, "frame_timeouts", NULL, (int64_t)ss.frame_timeouts,
-                          "Connections closed after frame_timeout_ms");
+    const struct {
+        const char *name;
+        uint64_t value;
+        const char *help;
+    } counters[] = {
+        { "ids_generated", hs.ids_generated, "Ids handed out" },
+        { "exceptions", hs.exceptions, "Declared exceptions thrown to clients" },
+        { "invalid_agent_errors", hs.agent_errors, "Calls refused for a bad user agent" },
+        { "invalid_request_errors", hs.request_errors, "get_ids calls refused for their count" },
+        { "unavailable_errors", hs.unavailable_errors, "Calls refused while not serving" },
+        { "sequence_waits", hs.sequence_waits,
+          "Waits for the next millisecond after 4096 ids in one" },
+        { "clock_backward_waits", hs.clock_backward_waits, "Small backward clock steps waited out" },
+        { "clock_backward_errors", hs.clock_backward_errors,
+          "Ids refused because the clock moved backwards" },
+        { "connections_accepted", ss.connections_accepted, "Thrift connections accepted" },
+        { "connections_refused", ss.connections_refused,
+          "Thrift connections refused over max_connections" },
+        { "frames_processed", ss.frames_processed, "Requests answered" },
+        { "frames_refused", ss.frames_refused, "Oversized, malformed or truncated frames" },
+        { "idle_timeouts", ss.idle_timeouts, "Connections closed after idle_timeout_ms" },
+        { "frame_timeouts", ss.frame_timeouts, "Connections closed after frame_timeout_ms" },
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
+        sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
+                              (int64_t)counters[i].value, counters[i].help);
     sf_handler_foreach_agent(d->handler, sf_daemon_add_agent, snap);
-    sf_admin_snapshot_add(snap, G, "worker_id", NULL, hs.worker_id, "Worker id in use, -1 = none");
-    sf_admin_snapshot_add(snap, G, "datacenter_id", NULL, hs.datacenter_id,
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, hs.worker_id,
+                          "Worker id in use, -1 = none");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "datacenter_id", NULL, hs.datacenter_id,
                           "Datacenter id in use, -1 = none");
-    sf_admin_snapshot_add(snap, G, "connections", NULL, (int64_t)ss.connections_open,
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
                           "Thrift connections open");
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(d->handler, &reason);
