@@ -44,6 +44,23 @@ def refused(server, text, timeout=15.0):
     assert text in server.log(), "%r not in the log:\n%s" % (text, server.log())
 
 
+def assert_serving_again(server, worker_id, timeout=20.0):
+    """After fencing: the server claims worker_id again, hands out its ids and
+    says so in /health and its log."""
+    deadline = time.time() + timeout
+    worker = None
+    while time.time() < deadline and worker is None:
+        with server.client() as api:
+            try:
+                worker = decode(api.get_id("zktest"))[2]
+            except ServiceUnavailable:
+                time.sleep(0.2)
+    assert worker == worker_id, "not serving again as %d (%r); log:\n%s" % (
+        worker_id, worker, server.log())
+    assert server.http("/health")[0] == 200
+    assert "claimed again" in server.log(), server.log()
+
+
 def dead_port():
     """A loopback port nothing listens on (it was free a moment ago)."""
     return sftest.free_port()
@@ -276,17 +293,7 @@ def fencing_and_reregistration():
         time.sleep(SESSION_MS / 1000.0)  # longer than the session timeout in all
     finally:
         ZK.start()
-    deadline = time.time() + 20
-    worker = None
-    while time.time() < deadline and worker is None:
-        with s.client() as api:
-            try:
-                worker = decode(api.get_id("zktest"))[2]
-            except ServiceUnavailable:
-                time.sleep(0.2)
-    assert worker == 7, "not serving again as 7 (%r); log:\n%s" % (worker, s.log())
-    assert s.http("/health")[0] == 200
-    assert "claimed again" in s.log(), s.log()
+    assert_serving_again(s, 7)
     zk = ZK.client()
     try:
         assert zk.get("/fence/7")[0].decode() == "127.0.0.1:%d" % s.port
@@ -336,17 +343,7 @@ def frozen_node_refuses_queued_request():
                 assert "ZooKeeper" in e.message, e.message
         finally:
             client.close()
-        deadline = time.time() + 20
-        worker = None
-        while time.time() < deadline and worker is None:
-            with s.client() as api:
-                try:
-                    worker = decode(api.get_id("zktest"))[2]
-                except ServiceUnavailable:
-                    time.sleep(0.2)
-        assert worker == 8, "not serving again as 8 (%r); log:\n%s" % (worker, s.log())
-        assert s.http("/health")[0] == 200
-        assert "claimed again" in s.log(), s.log()
+        assert_serving_again(s, 8)
     finally:
         s.stop()
 
