@@ -59,15 +59,36 @@ static inline void sf_lock_release(sf_lock *l)
 
 struct sf_worker {
     sf_lock lock;
-    /* Everything below is guarded by lock. */
-    int64_t last_timestamp; /* Unix ms of the last id, -1 before the first */
+    /* Guarded by lock for writing; last_timestamp and the counters are atomics so that
+     * the registry's thread and the admin endpoint read them without waiting for a
+     * holder that is making a batch. */
+    _Atomic int64_t last_timestamp; /* Unix ms of the last id, -1 before the first */
     int64_t sequence;
     uint64_t rng;           /* xorshift64* state for random_first_sequence */
-    sf_worker_stats stats;
+    atomic_uint_fast64_t ids_generated, sequence_waits, clock_backward_waits,
+        clock_backward_errors;
     /* Immutable after sf_worker_new. */
     int64_t id_bits;        /* (datacenter << 17) | (worker << 12) */
     sf_worker_options opts;
 };
+
+/* Adds n to a counter only the lock holder writes: a plain load and store, no
+ * locked instruction on the hot path. */
+static inline void do_count(atomic_uint_fast64_t *counter, uint64_t n)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline int64_t do_last(const sf_worker *w)
+{
+    return atomic_load_explicit(&w->last_timestamp, memory_order_relaxed);
+}
+
+static inline void do_set_last(sf_worker *w, int64_t ts)
+{
+    atomic_store_explicit(&w->last_timestamp, ts, memory_order_relaxed);
+}
 
 static int sf_fail(sf_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -141,12 +162,16 @@ sf_worker *sf_worker_new(const sf_worker_options *opts, sf_error *err)
         return NULL;
     }
     atomic_init(&w->lock.held, false);
+    atomic_init(&w->last_timestamp, -1);
+    atomic_init(&w->ids_generated, 0);
+    atomic_init(&w->sequence_waits, 0);
+    atomic_init(&w->clock_backward_waits, 0);
+    atomic_init(&w->clock_backward_errors, 0);
     w->opts = *opts;
     if (w->opts.clock == NULL)
         w->opts.clock = sf_system_clock;
     if (w->opts.sleep == NULL)
         w->opts.sleep = sf_system_sleep;
-    w->last_timestamp = -1;
     w->sequence = 0;
     w->id_bits = (opts->datacenter_id << SF_DATACENTER_ID_SHIFT) |
                  (opts->worker_id << SF_WORKER_ID_SHIFT);
@@ -179,61 +204,37 @@ static int64_t do_first_sequence(sf_worker *w)
     return (int64_t)((x * 0x2545F4914F6CDD1DULL) >> 32) & SF_RANDOM_SEQUENCE_MASK;
 }
 
-/* The original's tilNextMillis: spin until the clock passes last. */
-static int64_t do_til_next_millis(sf_worker *w, int64_t last)
+/* Under the lock: picks the (timestamp, sequence) of the next id from one clock reading,
+ * as the original nextId does, into *ts and w->sequence. When the clock is behind the
+ * last id, returns SF_ERR_CLOCK_BACKWARDS with *behind_ms and changes nothing: the
+ * caller waits without the lock, or refuses. The original's tilNextMillis spins only
+ * while the clock stays on the exhausted millisecond; a step back during that spin is
+ * a backward step like any other, never a spin through the whole step. */
+static int do_next_slot(sf_worker *w, int64_t *ts_out, int64_t *behind_ms, sf_error *err)
 {
-    w->stats.sequence_waits++;
+    int64_t last = do_last(w);
     int64_t ts = w->opts.clock(w->opts.clock_ctx);
-    while (ts <= last)
-        ts = w->opts.clock(w->opts.clock_ctx);
-    return ts;
-}
-
-/* Reads the clock and refuses a time behind the last id (the original's
- * InvalidSystemClock), waiting out a small step when the option allows. */
-static int do_read_clock(sf_worker *w, int64_t *out, sf_error *err)
-{
-    int64_t ts = w->opts.clock(w->opts.clock_ctx);
-    if (ts < w->last_timestamp) {
-        int64_t behind = w->last_timestamp - ts;
-        if (behind > w->opts.max_clock_backward_wait_ms) {
-            w->stats.clock_backward_errors++;
-            sf_fail(err, SF_ERR_CLOCK_BACKWARDS,
-                    "Clock moved backwards.  Refusing to generate id for %" PRId64 " milliseconds",
-                    behind);
-            if (err != NULL)
-                err->behind_ms = behind;
-            return SF_ERR_CLOCK_BACKWARDS;
-        }
-        w->stats.clock_backward_waits++;
-        while (ts < w->last_timestamp) {
-            w->opts.sleep(w->opts.clock_ctx, w->last_timestamp - ts);
+    if (ts < last) {
+        *behind_ms = last - ts;
+        return SF_ERR_CLOCK_BACKWARDS;
+    }
+    if (ts == last && ((w->sequence + 1) & SF_SEQUENCE_MASK) == 0) {
+        do_count(&w->sequence_waits, 1);
+        while (ts == last)
             ts = w->opts.clock(w->opts.clock_ctx);
+        if (ts < last) {
+            *behind_ms = last - ts;
+            return SF_ERR_CLOCK_BACKWARDS;
         }
     }
     if (ts < w->opts.epoch_ms || ts - w->opts.epoch_ms > SF_MAX_TIMESTAMP_DELTA)
         return sf_fail(err, SF_ERR_CLOCK,
                        "clock reads %" PRId64 " ms, outside the 41-bit range after epoch %" PRId64,
                        ts, w->opts.epoch_ms);
-    *out = ts;
+    w->sequence = ts == last ? w->sequence + 1 : do_first_sequence(w);
+    do_set_last(w, ts);
+    *ts_out = ts;
     return SF_OK;
-}
-
-/* Picks the (timestamp, sequence) of the next id given a fresh clock reading
- * ts >= last_timestamp, as the original nextId does. */
-static int64_t do_advance(sf_worker *w, int64_t ts)
-{
-    if (ts == w->last_timestamp) {
-        w->sequence = (w->sequence + 1) & SF_SEQUENCE_MASK;
-        if (w->sequence == 0) {
-            ts = do_til_next_millis(w, w->last_timestamp);
-            w->sequence = do_first_sequence(w);
-        }
-    } else {
-        w->sequence = do_first_sequence(w);
-    }
-    w->last_timestamp = ts;
-    return ts;
 }
 
 static inline int64_t do_make_id(const sf_worker *w, int64_t ts, int64_t sequence)
@@ -241,32 +242,43 @@ static inline int64_t do_make_id(const sf_worker *w, int64_t ts, int64_t sequenc
     return ((ts - w->opts.epoch_ms) << SF_TIMESTAMP_SHIFT) | w->id_bits | sequence;
 }
 
-int sf_worker_next_id(sf_worker *w, int64_t *id, sf_error *err)
+/* Makes count ids, taking runs of sequence numbers per millisecond. A backward clock
+ * step is waited out, with the lock released so that other readers of the worker go
+ * on, while the waits of this call add up to at most the smaller of max_wait_ms and
+ * max_clock_backward_wait_ms; beyond that it fails naming how far the clock is behind. */
+static int do_generate(sf_worker *w, int64_t *ids, size_t count, int64_t max_wait_ms,
+                       sf_error *err)
 {
-    int64_t ts;
-    sf_lock_acquire(&w->lock);
-    int rc = do_read_clock(w, &ts, err);
-    if (rc == SF_OK) {
-        ts = do_advance(w, ts);
-        *id = do_make_id(w, ts, w->sequence);
-        w->stats.ids_generated++;
-    }
-    sf_lock_release(&w->lock);
-    return rc;
-}
-
-int sf_worker_next_ids(sf_worker *w, int64_t *ids, size_t count, sf_error *err)
-{
+    int64_t allowed = w->opts.max_clock_backward_wait_ms;
+    if (max_wait_ms < allowed)
+        allowed = max_wait_ms > 0 ? max_wait_ms : 0;
+    int64_t waited = 0;
     size_t done = 0;
     int rc = SF_OK;
     sf_lock_acquire(&w->lock);
     while (done < count) {
-        int64_t ts;
-        rc = do_read_clock(w, &ts, err);
+        int64_t ts = 0, behind = 0;
+        rc = do_next_slot(w, &ts, &behind, err);
+        if (rc == SF_ERR_CLOCK_BACKWARDS) {
+            if (behind > allowed - waited) {
+                do_count(&w->clock_backward_errors, 1);
+                sf_fail(err, SF_ERR_CLOCK_BACKWARDS,
+                        "Clock moved backwards.  Refusing to generate id for %" PRId64
+                        " milliseconds", behind);
+                if (err != NULL)
+                    err->behind_ms = behind;
+                break;
+            }
+            if (waited == 0)
+                do_count(&w->clock_backward_waits, 1);
+            sf_lock_release(&w->lock);
+            w->opts.sleep(w->opts.clock_ctx, behind);
+            waited += behind;
+            sf_lock_acquire(&w->lock);
+            continue;
+        }
         if (rc != SF_OK)
             break;
-        ts = do_advance(w, ts);
-        /* Take the rest of this millisecond's sequence numbers in one run. */
         size_t run = (size_t)(SF_SEQUENCE_MASK - w->sequence) + 1;
         if (run > count - done)
             run = count - done;
@@ -277,9 +289,25 @@ int sf_worker_next_ids(sf_worker *w, int64_t *ids, size_t count, sf_error *err)
         done += run;
     }
     if (rc == SF_OK)
-        w->stats.ids_generated += count;
+        do_count(&w->ids_generated, count);
     sf_lock_release(&w->lock);
     return rc;
+}
+
+int sf_worker_next_id(sf_worker *w, int64_t *id, sf_error *err)
+{
+    return do_generate(w, id, 1, INT64_MAX, err);
+}
+
+int sf_worker_next_ids(sf_worker *w, int64_t *ids, size_t count, sf_error *err)
+{
+    return do_generate(w, ids, count, INT64_MAX, err);
+}
+
+int sf_worker_next_ids_wait_max(sf_worker *w, int64_t *ids, size_t count, int64_t max_wait_ms,
+                                sf_error *err)
+{
+    return do_generate(w, ids, count, max_wait_ms, err);
 }
 
 int64_t sf_worker_worker_id(const sf_worker *w)
@@ -299,17 +327,14 @@ int64_t sf_worker_epoch(const sf_worker *w)
 
 int64_t sf_worker_last_timestamp(sf_worker *w)
 {
-    sf_lock_acquire(&w->lock);
-    int64_t ts = w->last_timestamp;
-    sf_lock_release(&w->lock);
-    return ts;
+    return do_last(w);
 }
 
 void sf_worker_advance_last_timestamp(sf_worker *w, int64_t ts)
 {
     sf_lock_acquire(&w->lock);
-    if (ts > w->last_timestamp) {
-        w->last_timestamp = ts;
+    if (ts > do_last(w)) {
+        do_set_last(w, ts);
         /* Any id in the millisecond ts may be taken: start after it. */
         w->sequence = SF_SEQUENCE_MASK;
     }
@@ -318,9 +343,12 @@ void sf_worker_advance_last_timestamp(sf_worker *w, int64_t ts)
 
 void sf_worker_get_stats(sf_worker *w, sf_worker_stats *out)
 {
-    sf_lock_acquire(&w->lock);
-    *out = w->stats;
-    sf_lock_release(&w->lock);
+    out->ids_generated = atomic_load_explicit(&w->ids_generated, memory_order_relaxed);
+    out->sequence_waits = atomic_load_explicit(&w->sequence_waits, memory_order_relaxed);
+    out->clock_backward_waits =
+        atomic_load_explicit(&w->clock_backward_waits, memory_order_relaxed);
+    out->clock_backward_errors =
+        atomic_load_explicit(&w->clock_backward_errors, memory_order_relaxed);
 }
 
 void sf_worker_set_sequence(sf_worker *w, int64_t sequence)

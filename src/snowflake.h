@@ -61,8 +61,9 @@ typedef struct sf_worker_options {
     int64_t datacenter_id; /* 0..31 */
     int64_t worker_id;     /* 0..31 */
     int64_t epoch_ms;      /* default SF_TWITTER_EPOCH_MS */
-    /* A backward clock step of at most this many ms is waited out instead of
-     * failing; a larger one still fails. 0 (the default) = always fail. */
+    /* Backward clock steps adding up to at most this many ms in one call are waited
+     * out (without holding the worker's lock) instead of failing; a larger one still
+     * fails. 0 (the default) = always fail. */
     int64_t max_clock_backward_wait_ms;
     /* Start each new millisecond at a random sequence in 0..2047 instead of 0,
      * so that ids taken at low rates spread over id % n. Off by default. */
@@ -100,6 +101,12 @@ int sf_worker_next_id(sf_worker *w, int64_t *id, sf_error *err);
  * lock acquisition, taking runs of sequence numbers per millisecond. On error
  * no id is returned and the worker has handed out none of them. */
 int sf_worker_next_ids(sf_worker *w, int64_t *ids, size_t count, sf_error *err);
+
+/* Like sf_worker_next_ids, but waits out backward clock steps for at most max_wait_ms in
+ * all (and never more than max_clock_backward_wait_ms), for callers whose right to hand
+ * out ids ends at a deadline. Waits never hold the worker's lock. */
+int sf_worker_next_ids_wait_max(sf_worker *w, int64_t *ids, size_t count, int64_t max_wait_ms,
+                                sf_error *err);
 
 int64_t sf_worker_worker_id(const sf_worker *w);
 int64_t sf_worker_datacenter_id(const sf_worker *w);

@@ -6,7 +6,9 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 #define TIMESTAMP_MASK (((1LL << 41) - 1) << SF_TIMESTAMP_SHIFT)
 #define WORKER_MASK 0x1F000LL
@@ -460,6 +462,99 @@ START_TEST(test_backward_wait_small_step)
 }
 END_TEST
 
+START_TEST(test_exhausted_millisecond_refuses_a_backward_step)
+{
+    /* Millisecond 1000's sequence runs out just as the clock steps back 1 s. Waiting
+     * for millisecond 1001 would spin through the whole step with the lock held; it is
+     * a backward step like any other, refused at once. */
+    const int64_t t = 1000 + SF_TWITTER_EPOCH_MS;
+    const int64_t script[] = { t, t };
+    fake_clock clock = { .script = script, .script_len = 2, .now = t - 1000, .step_every = 1 };
+    sf_worker *w = new_worker(0, 0, &clock);
+    next_id(w);
+    sf_worker_set_sequence(w, SF_SEQUENCE_MASK);
+    int64_t id;
+    sf_error err;
+    int64_t reads = clock.reads;
+    ck_assert_int_eq(sf_worker_next_id(w, &id, &err), SF_ERR_CLOCK_BACKWARDS);
+    ck_assert_int_lt(clock.reads - reads, 10);
+    ck_assert_int_ge(err.behind_ms, 990);
+    sf_worker_free(w);
+}
+END_TEST
+
+/* A clock whose sleep checks, from another thread, that the worker can be read
+ * while a backward step is being waited out. */
+typedef struct probing_clock {
+    fake_clock clock; /* first: the fake clock functions take it as their ctx */
+    sf_worker *w;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool probe_done;
+    bool probe_done_during_sleep;
+    bool probe_started;
+    pthread_t probe;
+} probing_clock;
+
+static void *probe_worker(void *arg)
+{
+    probing_clock *c = arg;
+    sf_worker_stats st;
+    (void)sf_worker_last_timestamp(c->w);
+    sf_worker_get_stats(c->w, &st);
+    pthread_mutex_lock(&c->mu);
+    c->probe_done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void probing_sleep(void *ctx, int64_t ms)
+{
+    probing_clock *c = ctx;
+    ck_assert_int_eq(pthread_create(&c->probe, NULL, probe_worker, c), 0);
+    c->probe_started = true;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    pthread_mutex_lock(&c->mu);
+    while (!c->probe_done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0) {
+    }
+    c->probe_done_during_sleep = c->probe_done;
+    pthread_mutex_unlock(&c->mu);
+    fake_clock_sleep(&c->clock, ms);
+}
+
+START_TEST(test_backward_wait_leaves_the_worker_readable)
+{
+    /* Waiting out a backward step may take up to a minute: the registry's thread and
+     * the admin endpoint read the worker meanwhile, so the wait must not hold its lock. */
+    probing_clock c = { .clock = { .now = 1000 + SF_TWITTER_EPOCH_MS } };
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    sf_worker_options o;
+    sf_error err;
+    sf_worker_options_init(&o);
+    o.max_clock_backward_wait_ms = 1000;
+    o.clock = fake_clock_read;
+    o.sleep = probing_sleep;
+    o.clock_ctx = &c;
+    c.w = sf_worker_new(&o, &err);
+    ck_assert_ptr_nonnull(c.w);
+    int64_t a = next_id(c.w);
+    c.clock.now -= 500;
+    int64_t b = next_id(c.w);
+    ck_assert_int_gt(b, a);
+    ck_assert(c.probe_started);
+    pthread_join(c.probe, NULL);
+    ck_assert_msg(c.probe_done_during_sleep,
+                  "the worker could not be read while a backward step was waited out");
+    sf_worker_free(c.w);
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 START_TEST(test_backward_wait_off_by_default)
 {
     fake_clock clock = { .now = 1000 + SF_TWITTER_EPOCH_MS };
@@ -637,6 +732,8 @@ static Suite *idworker_suite(void)
     tcase_set_timeout(opts, 60);
     tcase_add_test(opts, test_backward_wait_small_step);
     tcase_add_test(opts, test_backward_wait_off_by_default);
+    tcase_add_test(opts, test_exhausted_millisecond_refuses_a_backward_step);
+    tcase_add_test(opts, test_backward_wait_leaves_the_worker_readable);
     tcase_add_test(opts, test_random_first_sequence);
     tcase_add_test(opts, test_random_first_sequence_still_unique_at_full_rate);
     tcase_add_test(opts, test_advance_last_timestamp);
