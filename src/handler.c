@@ -24,18 +24,32 @@ typedef struct sf_handler_stripe {
     atomic_uint_fast64_t request_errors;
     atomic_uint_fast64_t unavailable_errors;
     atomic_uint_fast64_t clock_errors;
+    atomic_uint_fast64_t ids_discarded;
     GMutex agents_lock;
     GHashTable *agents; /* char * agent -> uint64_t * count */
 } sf_handler_stripe;
 
+/* What requests are served with: one consistent copy of the published state. */
+typedef struct sf_handler_view {
+    sf_worker *worker;    /* NULL while none is held */
+    gboolean serving;     /* the gate */
+    uint64_t epoch;       /* bumped by every publish, never by a lease renewal */
+    int64_t lease_until;  /* CLOCK_BOOTTIME ms; 0 = no lease (standalone) */
+} sf_handler_view;
+
 struct _SfHandler {
     SfThriftSnowflakeHandler parent;
     int max_batch_size;
-    sf_worker *current;     /* read and swapped atomically */
-    gint serving;           /* read and written atomically */
-    _Atomic int64_t lease_until; /* CLOCK_MONOTONIC ms; 0 = no lease */
-    GMutex lock;            /* guards retired and reason */
-    GPtrArray *retired;     /* every worker ever set, freed at finalize */
+    /* The published view, under a sequence lock: the registry's thread alone writes it
+     * (under lock), requests read it without locking and retry while a write is under
+     * way, so worker, gate, epoch and lease are always seen together. */
+    atomic_uint_fast64_t view_seq; /* odd while a write is under way */
+    _Atomic(sf_worker *) view_worker;
+    atomic_bool view_serving;
+    atomic_uint_fast64_t view_epoch;
+    _Atomic int64_t view_lease_until;
+    GMutex lock;            /* guards writers, retired and reason */
+    GPtrArray *retired;     /* every worker ever published, freed at finalize */
     char *reason;
     sf_handler_stripe *stripes;
 };
@@ -77,42 +91,107 @@ static void sf_handler_count_ids(SfHandler *h, const char *agent, uint64_t n)
     g_mutex_unlock(&s->agents_lock);
 }
 
-/* The coarse monotonic clock in ms: a few ms behind CLOCK_MONOTONIC at most, much
- * cheaper to read, and the lease's margin is seconds. */
-static int64_t sf_handler_coarse_mono_ms(void)
+/* Counts ids that were made but not handed out: the check after making them failed. */
+static void sf_handler_count_discarded(SfHandler *h, uint64_t n)
+{
+    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->ids_discarded, n, memory_order_relaxed);
+}
+
+/* The lease's clock in ms: CLOCK_BOOTTIME goes on counting while the machine is
+ * suspended, when CLOCK_MONOTONIC stops; a lease must run out in real time. */
+static int64_t sf_handler_boot_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* How many ms ago the lease ran out: 0 while valid or when there is none. */
-static int64_t sf_handler_lease_expired_ms(SfHandler *h)
+/* Reads the published view: a sequence-lock read, retried while a write is under way. */
+static void sf_handler_read_view(SfHandler *h, sf_handler_view *v)
 {
-    int64_t until = atomic_load_explicit(&h->lease_until, memory_order_acquire);
-    if (until == 0)
-        return 0;
-    int64_t now = sf_handler_coarse_mono_ms();
-    return now > until ? now - until : 0;
+    for (;;) {
+        uint64_t before = atomic_load_explicit(&h->view_seq, memory_order_acquire);
+        if (before & 1)
+            continue;
+        v->worker = atomic_load_explicit(&h->view_worker, memory_order_relaxed);
+        v->serving = atomic_load_explicit(&h->view_serving, memory_order_relaxed);
+        v->epoch = atomic_load_explicit(&h->view_epoch, memory_order_relaxed);
+        v->lease_until = atomic_load_explicit(&h->view_lease_until, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&h->view_seq, memory_order_relaxed) == before)
+            return;
+    }
 }
 
-/* Fills *unavailable and returns TRUE when the gate is closed, no worker is
- * held or the lease ran out; otherwise stores the worker to use in *w. */
-static gboolean sf_handler_refuse_if_closed(SfHandler *h, sf_worker **w,
-                                            SfThriftServiceUnavailable **unavailable)
+/* Writes the view (caller holds h->lock): epoch_step 1 for a publish, 0 for a renewal. */
+static void sf_handler_write_view(SfHandler *h, sf_worker *w, gboolean serving,
+                                  int64_t lease_until, uint64_t epoch_step)
 {
-    *w = g_atomic_pointer_get(&h->current);
-    if (G_LIKELY(*w != NULL && g_atomic_int_get(&h->serving) &&
-                 sf_handler_lease_expired_ms(h) == 0))
-        return FALSE;
-    char *reason = NULL;
-    sf_handler_is_serving(h, &reason);
+    uint64_t seq = atomic_load_explicit(&h->view_seq, memory_order_relaxed);
+    atomic_store_explicit(&h->view_seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&h->view_worker, w, memory_order_relaxed);
+    atomic_store_explicit(&h->view_serving, serving, memory_order_relaxed);
+    atomic_store_explicit(&h->view_epoch,
+                          atomic_load_explicit(&h->view_epoch, memory_order_relaxed) + epoch_step,
+                          memory_order_relaxed);
+    atomic_store_explicit(&h->view_lease_until, lease_until, memory_order_relaxed);
+    atomic_store_explicit(&h->view_seq, seq + 2, memory_order_release);
+}
+
+/* Why a view does not serve, newly allocated; NULL when it serves at boot-clock time now. */
+static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t now)
+{
+    if (v->worker == NULL)
+        return g_strdup("no worker id is held");
+    if (!v->serving) {
+        g_mutex_lock(&h->lock);
+        char *reason = g_strdup(h->reason != NULL ? h->reason : "not serving");
+        g_mutex_unlock(&h->lock);
+        return reason;
+    }
+    if (v->lease_until != 0 && now >= v->lease_until)
+        return g_strdup_printf("the ZooKeeper lease expired %" G_GINT64_FORMAT " ms ago: "
+                               "the session may have expired and another node may hold our "
+                               "worker id; waiting for the lease to be renewed",
+                               (gint64)(now - v->lease_until));
+    return NULL;
+}
+
+/* The request path's one check, made before an id is made and again after: TRUE when
+ * the published view serves at a boot-clock reading taken now and, after (made_under
+ * non-NULL), is still the view the ids were made under (no fence, no new worker, no
+ * claim in between; a renewal keeps the epoch). Fills *v with the view read. Otherwise
+ * fills *unavailable, counts the refusal and returns FALSE: ids made meanwhile are
+ * discarded by the caller, never handed out. */
+static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under,
+                                 sf_handler_view *v, SfThriftServiceUnavailable **unavailable)
+{
+    sf_handler_read_view(h, v);
+    int64_t now = v->lease_until != 0 ? sf_handler_boot_ms() : 0;
+    gboolean same = made_under == NULL ||
+                    (v->epoch == made_under->epoch && v->worker == made_under->worker);
+    if (G_LIKELY(same && v->worker != NULL && v->serving &&
+                 (v->lease_until == 0 || now < v->lease_until)))
+        return TRUE;
+    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_handler_boot_ms())
+                        : g_strdup("fenced while the id was being made: the worker id may have "
+                                   "changed hands; retry");
     *unavailable = g_object_new(SF_THRIFT_TYPE_SERVICE_UNAVAILABLE, "message",
                                 reason != NULL ? reason : "not serving", NULL);
     g_free(reason);
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->unavailable_errors, 1,
                               memory_order_relaxed);
-    return TRUE;
+    return FALSE;
+}
+
+/* How long a backward clock step may be waited out: never past the lease. */
+static int64_t sf_handler_wait_budget_ms(const sf_handler_view *v)
+{
+    if (v->lease_until == 0)
+        return INT64_MAX;
+    int64_t left = v->lease_until - sf_handler_boot_ms();
+    return left > 0 ? left : 0;
 }
 
 /* Fills *agent_error and returns TRUE when agent breaks the original's grammar. */
@@ -142,8 +221,9 @@ static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_re
                                          GError **error)
 {
     (void)error;
-    sf_worker *w = g_atomic_pointer_get(&((SfHandler *)iface)->current);
-    *_return = w != NULL ? sf_worker_worker_id(w) : -1;
+    sf_handler_view v;
+    sf_handler_read_view((SfHandler *)iface, &v);
+    *_return = v.worker != NULL ? sf_worker_worker_id(v.worker) : -1;
     return TRUE;
 }
 
@@ -152,8 +232,9 @@ static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 
                                              GError **error)
 {
     (void)error;
-    sf_worker *w = g_atomic_pointer_get(&((SfHandler *)iface)->current);
-    *_return = w != NULL ? sf_worker_datacenter_id(w) : -1;
+    sf_handler_view v;
+    sf_handler_read_view((SfHandler *)iface, &v);
+    *_return = v.worker != NULL ? sf_worker_datacenter_id(v.worker) : -1;
     return TRUE;
 }
 
@@ -167,7 +248,8 @@ static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_re
     return TRUE;
 }
 
-/* get_id: checks the agent, then the gate, then generates one id. */
+/* get_id: checks the agent, then the gate; makes one id, and hands it out only if the
+ * check still holds after it was made. */
 static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                   const gchar *useragent,
                                   SfThriftInvalidSystemClock **clock_error,
@@ -176,14 +258,19 @@ static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
 {
     (void)error;
     SfHandler *h = (SfHandler *)iface;
-    sf_worker *w;
+    sf_handler_view before, after;
     if (sf_handler_refuse_bad_agent(h, useragent, agent_error) ||
-        sf_handler_refuse_if_closed(h, &w, unavailable))
+        !sf_handler_check(h, NULL, &before, unavailable))
         return FALSE;
     sf_error err;
     int64_t id;
-    if (sf_worker_next_id(w, &id, &err) != SF_OK) {
+    if (sf_worker_next_ids_wait_max(before.worker, &id, 1, sf_handler_wait_budget_ms(&before),
+                                    &err) != SF_OK) {
         sf_handler_clock_error(h, &err, clock_error);
+        return FALSE;
+    }
+    if (!sf_handler_check(h, &before, &after, unavailable)) {
+        sf_handler_count_discarded(h, 1);
         return FALSE;
     }
     *_return = id;
@@ -201,7 +288,7 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
 {
     (void)error;
     SfHandler *h = (SfHandler *)iface;
-    sf_worker *w;
+    sf_handler_view before, after;
     if (sf_handler_refuse_bad_agent(h, useragent, agent_error))
         return FALSE;
     if (count < 1 || count > h->max_batch_size) {
@@ -213,14 +300,20 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
                                   memory_order_relaxed);
         return FALSE;
     }
-    if (sf_handler_refuse_if_closed(h, &w, unavailable))
+    if (!sf_handler_check(h, NULL, &before, unavailable))
         return FALSE;
     GArray *ids = *_return;
     g_array_set_size(ids, (guint)count);
     sf_error err;
-    if (sf_worker_next_ids(w, (int64_t *)(void *)ids->data, (size_t)count, &err) != SF_OK) {
+    if (sf_worker_next_ids_wait_max(before.worker, (int64_t *)(void *)ids->data, (size_t)count,
+                                    sf_handler_wait_budget_ms(&before), &err) != SF_OK) {
         g_array_set_size(ids, 0);
         sf_handler_clock_error(h, &err, clock_error);
+        return FALSE;
+    }
+    if (!sf_handler_check(h, &before, &after, unavailable)) {
+        g_array_set_size(ids, 0);
+        sf_handler_count_discarded(h, (uint64_t)count);
         return FALSE;
     }
     sf_handler_count_ids(h, useragent, (uint64_t)count);
@@ -236,49 +329,54 @@ SfHandler *sf_handler_new(int max_batch_size)
     return h;
 }
 
-void sf_handler_set_worker(SfHandler *h, sf_worker *w)
+void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
+                        int64_t lease_until_boot_ms, const char *reason)
 {
     g_mutex_lock(&h->lock);
-    if (w != NULL)
+    if (w != NULL && !g_ptr_array_find(h->retired, w, NULL))
         g_ptr_array_add(h->retired, w);
-    g_atomic_pointer_set(&h->current, w);
+    g_free(h->reason);
+    h->reason = g_strdup(reason);
+    sf_handler_write_view(h, w, serving && w != NULL, lease_until_boot_ms, 1);
     g_mutex_unlock(&h->lock);
 }
 
-void sf_handler_set_serving(SfHandler *h, gboolean serving, const char *reason)
+void sf_handler_close(SfHandler *h, const char *reason)
 {
     g_mutex_lock(&h->lock);
     g_free(h->reason);
     h->reason = g_strdup(reason);
-    g_atomic_int_set(&h->serving, serving ? 1 : 0);
+    sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed), FALSE,
+                          0, 1);
     g_mutex_unlock(&h->lock);
 }
 
-void sf_handler_set_lease(SfHandler *h, int64_t valid_until_mono_ms)
+void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms)
 {
-    atomic_store_explicit(&h->lease_until, valid_until_mono_ms, memory_order_release);
+    g_mutex_lock(&h->lock);
+    sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed),
+                          atomic_load_explicit(&h->view_serving, memory_order_relaxed),
+                          lease_until_boot_ms, 0);
+    g_mutex_unlock(&h->lock);
+}
+
+sf_worker *sf_handler_current_worker(SfHandler *h)
+{
+    sf_handler_view v;
+    sf_handler_read_view(h, &v);
+    return v.worker;
 }
 
 gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
-    gboolean has_worker = g_atomic_pointer_get(&h->current) != NULL;
-    gboolean open = g_atomic_int_get(&h->serving);
-    int64_t expired_ms = sf_handler_lease_expired_ms(h);
-    gboolean serving = open && has_worker && expired_ms == 0;
-    if (!serving && reason != NULL) {
-        g_mutex_lock(&h->lock);
-        if (!has_worker)
-            *reason = g_strdup("no worker id is held");
-        else if (!open)
-            *reason = g_strdup(h->reason != NULL ? h->reason : "not serving");
-        else
-            *reason = g_strdup_printf("the ZooKeeper lease expired %" G_GINT64_FORMAT " ms ago: "
-                                      "the session may have expired and another node may "
-                                      "hold our worker id; waiting for the lease to be renewed",
-                                      (gint64)expired_ms);
-        g_mutex_unlock(&h->lock);
-    }
-    return serving;
+    sf_handler_view v;
+    sf_handler_read_view(h, &v);
+    char *why = sf_handler_refusal(h, &v, sf_handler_boot_ms());
+    if (reason != NULL)
+        *reason = why;
+    else
+        g_free(why);
+    return why == NULL;
 }
 
 void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
@@ -292,10 +390,11 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
         out->unavailable_errors +=
             atomic_load_explicit(&s->unavailable_errors, memory_order_relaxed);
         out->clock_errors += atomic_load_explicit(&s->clock_errors, memory_order_relaxed);
+        out->ids_discarded += atomic_load_explicit(&s->ids_discarded, memory_order_relaxed);
     }
     out->exceptions =
         out->agent_errors + out->request_errors + out->unavailable_errors + out->clock_errors;
-    sf_worker *w = g_atomic_pointer_get(&h->current);
+    sf_worker *w = sf_handler_current_worker(h);
     out->worker_id = w != NULL ? sf_worker_worker_id(w) : -1;
     out->datacenter_id = w != NULL ? sf_worker_datacenter_id(w) : -1;
     out->serving = sf_handler_is_serving(h, NULL);
@@ -355,9 +454,11 @@ static void sf_handler_finalize(GObject *object)
 static void sf_handler_init(SfHandler *h)
 {
     h->max_batch_size = 1;
-    h->current = NULL;
-    h->serving = 0;
-    atomic_init(&h->lease_until, 0);
+    atomic_init(&h->view_seq, 0);
+    atomic_init(&h->view_worker, NULL);
+    atomic_init(&h->view_serving, false);
+    atomic_init(&h->view_epoch, 0);
+    atomic_init(&h->view_lease_until, 0);
     g_mutex_init(&h->lock);
     h->retired = g_ptr_array_new_with_free_func((GDestroyNotify)sf_worker_free);
     h->reason = g_strdup("starting");
@@ -371,6 +472,7 @@ static void sf_handler_init(SfHandler *h)
         atomic_init(&s->request_errors, 0);
         atomic_init(&s->unavailable_errors, 0);
         atomic_init(&s->clock_errors, 0);
+        atomic_init(&s->ids_discarded, 0);
         g_mutex_init(&s->agents_lock);
         s->agents = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     }

@@ -27,6 +27,7 @@ typedef struct sf_handler_stats {
     uint64_t request_errors;       /* InvalidRequestError (get_ids count) */
     uint64_t unavailable_errors;   /* ServiceUnavailable */
     uint64_t clock_errors;         /* InvalidSystemClock */
+    uint64_t ids_discarded;        /* made, then refused: fenced while they were made */
     int64_t worker_id;             /* -1 while no worker is held */
     int64_t datacenter_id;         /* -1 while no worker is held */
     gboolean serving;
@@ -36,24 +37,31 @@ typedef struct sf_handler_stats {
     uint64_t clock_backward_errors;
 } sf_handler_stats;
 
-/* Creates a handler that refuses ids until a worker is set and the gate is
- * opened. max_batch_size (>= 1) bounds get_ids' count. */
+/* Creates a handler that refuses ids until a worker is published with the gate
+ * open. max_batch_size (>= 1) bounds get_ids' count. */
 SfHandler *sf_handler_new(int max_batch_size);
 
-/* Makes w the worker ids come from (NULL = none held). The handler takes
- * ownership; replaced workers stay alive until the handler is finalized,
- * because a request on another thread may still be using one. */
-void sf_handler_set_worker(SfHandler *h, sf_worker *w);
+/* Publishes what ids are served with, all at once, so that no request pairs one state's
+ * worker with another's gate or lease: w is the worker ids come from (the handler takes
+ * ownership and keeps every worker it was given until it is finalized, as a request on
+ * another thread may still be using one; publishing the same worker again is fine);
+ * serving opens the gate; lease_until_boot_ms is when the right to hand out ids ends, on
+ * CLOCK_BOOTTIME in ms (0 = no lease: standalone); reason (copied) says why while closed.
+ * Apply any timestamp floor to w before publishing it. Every publish starts a new epoch:
+ * ids being made under the previous one when it happens are discarded, never handed out. */
+void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
+                        int64_t lease_until_boot_ms, const char *reason);
 
-/* Opens (serving = TRUE) or closes the gate. While closed, get_id and get_ids
- * throw ServiceUnavailable carrying reason (copied; NULL = a generic text). */
-void sf_handler_set_serving(SfHandler *h, gboolean serving, const char *reason);
+/* Closes the gate, keeping the worker (get_worker_id still answers it); get_id and
+ * get_ids throw ServiceUnavailable carrying reason (copied). */
+void sf_handler_close(SfHandler *h, const char *reason);
 
-/* Sets the lease: ids are handed out only while CLOCK_MONOTONIC (in ms) has not passed
- * valid_until_mono_ms; once past it, get_id, get_ids and /health refuse until a later
- * lease is set, even with the gate open. 0 = no lease (standalone: never expires).
- * The registry renews it; it fences a process that was frozen past its session. */
-void sf_handler_set_lease(SfHandler *h, int64_t valid_until_mono_ms);
+/* Extends the lease of what is published (a renewal): the epoch stays, so ids being made
+ * now are still handed out. */
+void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms);
+
+/* The worker published now, or NULL; it stays valid while the handler lives. */
+sf_worker *sf_handler_current_worker(SfHandler *h);
 
 /* TRUE when ids are being handed out; otherwise, when reason is non-NULL,
  * *reason receives a newly allocated explanation (free with g_free). */

@@ -48,6 +48,7 @@ struct sf_registry {
     pthread_t thread;
     int64_t next_state_write;
     int64_t next_lease_renew; /* monotonic ms */
+    int64_t lease_until;      /* CLOCK_BOOTTIME ms: the last lease reported */
 };
 
 /* Formats into a caller's buffer; every error path uses it so messages are never lost. */
@@ -95,6 +96,13 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t sf_registry_boot_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait
  * (r->cv waits on the monotonic clock). */
 static struct timespec deadline_in(int64_t ms)
@@ -108,6 +116,18 @@ static struct timespec deadline_in(int64_t ms)
         ts.tv_nsec -= 1000000000L;
     }
     return ts;
+}
+
+/* Waits ms unless sf_registry_cancel() is called meanwhile: false when stopped. */
+static bool wait_unless_stopped(sf_registry *r, int64_t ms)
+{
+    struct timespec until = deadline_in(ms);
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT) {
+    }
+    bool stopped = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return !stopped;
 }
 
 /* The session watcher: records connection state; never calls back into ZooKeeper. */
@@ -429,7 +449,10 @@ static int claim_static(sf_registry *r, int64_t *id, char *err, size_t errlen, i
         if (attempt > 0) {
             reg_log(r, "warning", "worker id %" PRId64 " is held by %s; retry %d of %d in %d ms",
                     r->wanted_id, holder, attempt, retries, r->o.claim_retry_wait_ms);
-            sleep_ms(r->o.claim_retry_wait_ms);
+            if (!wait_unless_stopped(r, r->o.claim_retry_wait_ms)) {
+                set_err(err, errlen, "stopped");
+                return -1;
+            }
         }
         int got = try_create_worker(r, r->wanted_id, holder, sizeof holder, err, errlen);
         if (got < 0)
@@ -646,8 +669,12 @@ static int wait_for_floor(sf_registry *r, int64_t id, int64_t *floor_ms, char *e
     }
     reg_log(r, "warning", "waiting %" PRId64 " ms for the clock to pass the last timestamp "
             "recorded for worker id %" PRId64, behind, id);
-    while (sf_clock_now_ms() <= floor)
-        sleep_ms(floor - sf_clock_now_ms() + 1);
+    while (sf_clock_now_ms() <= floor) {
+        if (!wait_unless_stopped(r, floor - sf_clock_now_ms() + 1)) {
+            set_err(err, errlen, "stopped");
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -814,7 +841,7 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
 static void report(sf_registry *r, bool serving, int64_t id, int64_t floor, const char *reason)
 {
     if (r->o.on_state)
-        r->o.on_state(r->o.state_ctx, serving, id, floor, reason);
+        r->o.on_state(r->o.state_ctx, serving, id, floor, serving ? r->lease_until : 0, reason);
     else if (serving)
         reg_log(r, "info", "serving as worker id %" PRId64, id);
     else
@@ -862,12 +889,13 @@ static int64_t lease_period_ms(sf_registry *r)
  * -1 when ZooKeeper answered that the node is gone or another session's. */
 static int renew_lease(sf_registry *r, int64_t id)
 {
-    int64_t t0 = mono_ms();
+    int64_t t0 = mono_ms(), boot0 = sf_registry_boot_ms();
     int own = check_own(r, id);
     if (own != 1)
         return own;
+    r->lease_until = boot0 + lease_length_ms(r);
     if (r->o.on_lease)
-        r->o.on_lease(r->o.lease_ctx, t0 + lease_length_ms(r));
+        r->o.on_lease(r->o.lease_ctx, r->lease_until);
     pthread_mutex_lock(&r->mu);
     r->next_lease_renew = t0 + lease_period_ms(r);
     pthread_mutex_unlock(&r->mu);
@@ -1028,6 +1056,14 @@ int64_t sf_registry_worker_id(sf_registry *r)
 int sf_registry_session_timeout_ms(sf_registry *r)
 {
     return r->negotiated_ms;
+}
+
+void sf_registry_cancel(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
 }
 
 void sf_registry_close(sf_registry *r)

@@ -27,21 +27,26 @@ typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *wo
                                    int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                                    size_t errlen);
 
-/* Told of every change of state after sf_registry_watch(): serving = the id below is held
- * and ids may be handed out, none of them at or before floor_ms (Unix ms; -1 = no floor);
- * !serving = stop handing out ids at once, reason says why. Called from the registry's
- * own thread; must not call back into the registry. */
-typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id,
-                                     int64_t floor_ms, const char *reason);
+/* Milliseconds on CLOCK_BOOTTIME: the clock of every lease (it goes on counting while
+ * the machine is suspended, when CLOCK_MONOTONIC stops). */
+int64_t sf_registry_boot_ms(void);
 
-/* Told of every renewal of the lease while serving: ids may be handed out until the
- * monotonic clock (CLOCK_MONOTONIC, ms) reaches valid_until_mono_ms, and no longer unless
- * a later renewal arrives. Each renewal is a round trip to ZooKeeper proving our session
- * and our worker node alive; the lease covers a process frozen past its session timeout
- * (a stopped process or a paused machine), which the registry's thread cannot fence
- * because it is frozen too. Called from the registry's own thread, before the on_state
- * that opens the gate; must not call back into the registry. */
-typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_mono_ms);
+/* Told of every transition after sf_registry_watch(): serving = ids may be handed out as
+ * worker_id, none at or before floor_ms (Unix ms; -1 = no floor), until CLOCK_BOOTTIME
+ * reaches valid_until_boot_ms (the lease renewed just before serving began); !serving =
+ * stop at once, reason says why (worker_id is the id last held, or -1). Called from the
+ * registry's own thread; must not call back into the registry. */
+typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id,
+                                     int64_t floor_ms, int64_t valid_until_boot_ms,
+                                     const char *reason);
+
+/* Told of every renewal of the lease while serving: ids may be handed out until
+ * CLOCK_BOOTTIME (ms) reaches valid_until_boot_ms, and no longer unless a later renewal
+ * arrives. Each renewal is a round trip to ZooKeeper proving our session and our worker
+ * node alive; the lease covers a process frozen past its session timeout (a stopped
+ * process or a paused machine), which the registry's thread cannot fence because it is
+ * frozen too. Called from the registry's own thread; must not call back into the registry. */
+typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_boot_ms);
 
 /* Returns the timestamp (Unix ms) of the last id handed out, or -1 before the first. */
 typedef int64_t (*sf_registry_last_ts_fn)(void *ctx);
@@ -110,6 +115,10 @@ int64_t sf_registry_worker_id(sf_registry *r);
 
 /* The session timeout ZooKeeper granted, in ms. */
 int sf_registry_session_timeout_ms(sf_registry *r);
+
+/* Makes a sf_registry_new, sf_registry_claim or wait under way on another thread give up
+ * promptly (they return -1, err "stopped"), as on SIGTERM during start-up. Thread-safe. */
+void sf_registry_cancel(sf_registry *r);
 
 /* Stops the thread, records the last timestamp, and closes the session so that the
  * ephemeral node disappears at once. Frees r; NULL is allowed. */

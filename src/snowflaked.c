@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -29,8 +30,13 @@ typedef struct sf_daemon {
     sf_admin *admin;
     sf_registry *registry;   /* NULL when standalone */
     int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
-    GMutex worker_lock;      /* guards worker: the registry's thread reads and replaces it */
-    sf_worker *worker;       /* the current worker (owned by the handler), NULL before a claim */
+    /* One worker per worker id ever held (owned by the handler), so that a node fenced
+     * and claiming again many times keeps at most 32 workers; the registry's thread alone
+     * fills it after start-up. */
+    sf_worker *workers[SF_MAX_WORKER_ID + 1];
+    GMutex stop_lock;        /* guards stopping and registry while starting up */
+    GCond stop_cond;
+    gboolean stopping;       /* SIGTERM or SIGINT seen: never open the gate again */
     int signal_fd;
 } sf_daemon;
 
@@ -97,6 +103,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "invalid_agent_errors", hs.agent_errors, "Calls refused for a bad user agent" },
         { "invalid_request_errors", hs.request_errors, "get_ids calls refused for their count" },
         { "unavailable_errors", hs.unavailable_errors, "Calls refused while not serving" },
+        { "ids_discarded", hs.ids_discarded,
+          "Ids made but not handed out: fenced or the lease ran out while they were made" },
         { "sequence_waits", hs.sequence_waits,
           "Waits for the next millisecond after 4096 ids in one" },
         { "clock_backward_waits", hs.clock_backward_waits, "Small backward clock steps waited out" },
@@ -150,7 +158,7 @@ static gboolean sf_daemon_block_signals(sf_daemon *d)
 static gboolean sf_daemon_new_handler(sf_daemon *d)
 {
     d->handler = sf_handler_new(d->cfg.max_batch_size);
-    sf_handler_set_serving(d->handler, FALSE, "starting: no worker id registered yet");
+    sf_handler_close(d->handler, "starting: no worker id registered yet");
     return TRUE;
 }
 
@@ -191,10 +199,12 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     return TRUE;
 }
 
-/* Makes a worker for worker_id with the configured datacenter, epoch and clock options,
- * hands it to the handler and remembers it as current. NULL after logging why. */
-static sf_worker *sf_daemon_new_worker(sf_daemon *d, int64_t worker_id)
+/* The worker for worker_id with the configured datacenter, epoch and clock options: the
+ * one made when this id was last held, or a new one. NULL after logging why. */
+static sf_worker *sf_daemon_worker_for(sf_daemon *d, int64_t worker_id)
 {
+    if (d->workers[worker_id] != NULL)
+        return d->workers[worker_id];
     sf_worker_options wo;
     sf_error err;
     sf_worker_options_init(&wo);
@@ -212,27 +222,25 @@ static sf_worker *sf_daemon_new_worker(sf_daemon *d, int64_t worker_id)
               "%d, sequence bits %d, workerid %" G_GINT64_FORMAT ", datacenterid %" G_GINT64_FORMAT,
               SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS, SF_WORKER_ID_BITS, SF_SEQUENCE_BITS,
               sf_worker_worker_id(w), sf_worker_datacenter_id(w));
-    sf_handler_set_worker(d->handler, w);
-    g_mutex_lock(&d->worker_lock);
-    d->worker = w;
-    g_mutex_unlock(&d->worker_lock);
-    return w;
-}
-
-/* The current worker, or NULL; it stays valid while the handler lives. */
-static sf_worker *sf_daemon_current_worker(sf_daemon *d)
-{
-    g_mutex_lock(&d->worker_lock);
-    sf_worker *w = d->worker;
-    g_mutex_unlock(&d->worker_lock);
+    d->workers[worker_id] = w;
     return w;
 }
 
 /* The registry records this as the held id's last timestamp (restart safety). */
 static int64_t sf_daemon_last_timestamp(void *ctx)
 {
-    sf_worker *w = sf_daemon_current_worker(ctx);
+    sf_daemon *d = ctx;
+    sf_worker *w = sf_handler_current_worker(d->handler);
     return w != NULL ? sf_worker_last_timestamp(w) : -1;
+}
+
+/* TRUE once SIGTERM or SIGINT was seen. */
+static gboolean sf_daemon_stopping(sf_daemon *d)
+{
+    g_mutex_lock(&d->stop_lock);
+    gboolean stopping = d->stopping;
+    g_mutex_unlock(&d->stop_lock);
+    return stopping;
 }
 
 /* Routes the registry's messages into our log. */
@@ -247,39 +255,41 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
         g_message("%s", message);
 }
 
-/* The gate follows the registry: serving opens it with a worker for the id held (a new
- * worker when the id changed) whose ids stay after floor_ms; not serving closes it with
- * the reason, which get_id and /health report. Runs on the registry's thread. */
+/* The gate follows the registry: serving publishes, in one step, the worker for the id
+ * held (its floor applied first), the open gate and the lease that came with the claim;
+ * not serving closes the gate with the reason, which get_id and /health report. Runs on
+ * the registry's thread; once stopping, the gate never opens again. */
 static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                               const char *reason)
+                               int64_t valid_until_boot_ms, const char *reason)
 {
     sf_daemon *d = ctx;
     if (!serving) {
         g_warning("fenced: refusing ids: %s", reason);
-        sf_handler_set_serving(d->handler, FALSE, reason);
+        sf_handler_close(d->handler, reason);
         return;
     }
-    sf_worker *w = sf_daemon_current_worker(d);
-    if (w == NULL || sf_worker_worker_id(w) != worker_id) {
-        w = sf_daemon_new_worker(d, worker_id);
-        if (w == NULL) {
-            sf_handler_set_serving(d->handler, FALSE, "cannot create the id worker");
-            return;
-        }
+    sf_worker *w = sf_daemon_worker_for(d, worker_id);
+    if (w == NULL) {
+        sf_handler_close(d->handler, "cannot create the id worker");
+        return;
     }
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
-              reason != NULL ? reason : "registered");
-    sf_handler_set_serving(d->handler, TRUE, NULL);
+    g_mutex_lock(&d->stop_lock);
+    if (!d->stopping) {
+        g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
+                  reason != NULL ? reason : "registered");
+        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
+    }
+    g_mutex_unlock(&d->stop_lock);
 }
 
 /* The lease follows the registry's renewals: ids stop when it runs out, even if the
  * registry's thread has not fenced yet (the whole process was frozen). */
-static void sf_daemon_on_lease(void *ctx, int64_t valid_until_mono_ms)
+static void sf_daemon_on_lease(void *ctx, int64_t valid_until_boot_ms)
 {
     sf_daemon *d = ctx;
-    sf_handler_set_lease(d->handler, valid_until_mono_ms);
+    sf_handler_renew_lease(d->handler, valid_until_boot_ms);
 }
 
 /* The node data peers and tools use to reach us: the bound address, or the host name
@@ -325,29 +335,41 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     ro.log = sf_daemon_registry_log;
     g_message("registering as %s under %s in ZooKeeper %s", host_port, d->cfg.worker_id_path,
               d->cfg.zk_hosts);
-    d->registry = sf_registry_new(&ro, err, sizeof err);
+    sf_registry *r = sf_registry_new(&ro, err, sizeof err);
     g_free(host_port);
-    if (d->registry == NULL) {
+    if (r == NULL) {
         g_critical("cannot register in ZooKeeper: %s", err);
         return FALSE;
     }
+    g_mutex_lock(&d->stop_lock);
+    d->registry = r;
+    gboolean stopping = d->stopping;
+    g_mutex_unlock(&d->stop_lock);
     int64_t worker_id = -1, floor_ms = -1;
-    if (sf_registry_claim(d->registry, &worker_id, &floor_ms, err, sizeof err) != 0) {
-        g_critical("cannot claim a worker id: %s", err);
+    if (stopping || sf_registry_claim(r, &worker_id, &floor_ms, err, sizeof err) != 0) {
+        if (!sf_daemon_stopping(d))
+            g_critical("cannot claim a worker id: %s", err);
         return FALSE;
     }
     /* Peers starting now ask for our id as soon as our node exists. */
-    sf_worker *w = sf_daemon_new_worker(d, worker_id);
+    sf_worker *w = sf_daemon_worker_for(d, worker_id);
     if (w == NULL)
         return FALSE;
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
+    sf_handler_publish(d->handler, w, FALSE, 0, "starting: waiting startup_sleep_ms");
     if (d->cfg.startup_sleep_ms > 0) {
         g_message("waiting startup_sleep_ms = %" G_GINT64_FORMAT " ms before serving",
                   d->cfg.startup_sleep_ms);
-        g_usleep((gulong)d->cfg.startup_sleep_ms * 1000);
+        gint64 until = g_get_monotonic_time() + d->cfg.startup_sleep_ms * 1000;
+        g_mutex_lock(&d->stop_lock);
+        while (!d->stopping && g_cond_wait_until(&d->stop_cond, &d->stop_lock, until)) {
+        }
+        g_mutex_unlock(&d->stop_lock);
     }
-    if (sf_registry_watch(d->registry, err, sizeof err) != 0) {
+    if (sf_daemon_stopping(d))
+        return FALSE;
+    if (sf_registry_watch(r, err, sizeof err) != 0) {
         g_critical("%s", err);
         return FALSE;
     }
@@ -358,47 +380,112 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
  * moment the port is bound. */
 static gboolean sf_daemon_use_static_id(sf_daemon *d)
 {
-    if (sf_daemon_new_worker(d, d->cfg.worker_id) == NULL)
+    sf_worker *w = sf_daemon_worker_for(d, d->cfg.worker_id);
+    if (w == NULL)
         return FALSE;
-    sf_handler_set_serving(d->handler, TRUE, NULL);
+    sf_handler_publish(d->handler, w, TRUE, 0, NULL);
     return TRUE;
 }
 
-/* Serves until SIGTERM or SIGINT arrives. */
-static void sf_daemon_serve(sf_daemon *d)
+/* Marks the daemon stopping: the gate never opens again, the start-up waits end, and a
+ * claim under way gives up. */
+static void sf_daemon_request_stop(sf_daemon *d)
+{
+    g_mutex_lock(&d->stop_lock);
+    d->stopping = TRUE;
+    g_cond_broadcast(&d->stop_cond);
+    sf_registry *r = d->registry;
+    g_mutex_unlock(&d->stop_lock);
+    if (r != NULL)
+        sf_registry_cancel(r);
+}
+
+/* Reads one signal from the signalfd: TRUE (after logging it) when it was SIGTERM or SIGINT. */
+static gboolean sf_daemon_read_signal(sf_daemon *d, const char *when)
+{
+    struct signalfd_siginfo si;
+    if (read(d->signal_fd, &si, sizeof si) != (ssize_t)sizeof si)
+        return FALSE;
+    g_message("received %s%s: stopping; answering requests in flight",
+              si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", when);
+    return TRUE;
+}
+
+/* Waits on the signalfd and, when given, on done_fd; TRUE when a signal came first. */
+static gboolean sf_daemon_wait_signal(sf_daemon *d, int done_fd, const char *when)
 {
     for (;;) {
-        struct pollfd p = {.fd = d->signal_fd, .events = POLLIN};
-        if (poll(&p, 1, -1) < 0) {
+        struct pollfd p[2] = {{.fd = d->signal_fd, .events = POLLIN},
+                              {.fd = done_fd, .events = POLLIN}};
+        if (poll(p, done_fd >= 0 ? 2 : 1, -1) < 0) {
             if (errno == EINTR)
                 continue;
             g_critical("waiting for signals failed: %s", g_strerror(errno));
-            return;
+            return TRUE;
         }
-        struct signalfd_siginfo si;
-        if (read(d->signal_fd, &si, sizeof si) == (ssize_t)sizeof si) {
-            g_message("received %s: stopping; answering requests in flight",
-                      si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
-            return;
-        }
+        if ((p[0].revents & POLLIN) && sf_daemon_read_signal(d, when))
+            return TRUE;
+        if (done_fd >= 0 && (p[1].revents & POLLIN))
+            return FALSE;
     }
 }
 
-/* Stops accepting, answers what has arrived, and frees everything. */
+typedef struct sf_daemon_start_up {
+    sf_daemon *d;
+    gboolean ok;
+    int done_fd;   /* an eventfd written when start-up has ended */
+} sf_daemon_start_up;
+
+/* The start-up thread: registers, then says it is done. */
+static gpointer sf_daemon_start_up_thread(gpointer data)
+{
+    sf_daemon_start_up *su = data;
+    su->ok = sf_daemon_register_zookeeper(su->d);
+    uint64_t one = 1;
+    if (write(su->done_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        g_critical("cannot signal the end of start-up: %s", g_strerror(errno));
+    return NULL;
+}
+
+/* Registers in ZooKeeper (claim, floor wait, startup_sleep_ms: seconds to minutes) on a
+ * thread of its own while this one watches for SIGTERM and SIGINT, so a stop asked for
+ * during start-up is honoured at once and leaves no worker node behind. TRUE once the
+ * registry drives the gate; FALSE when start-up failed or was stopped (d->stopping). */
+static gboolean sf_daemon_start_up_registered(sf_daemon *d)
+{
+    sf_daemon_start_up su = {.d = d, .ok = FALSE};
+    su.done_fd = eventfd(0, EFD_CLOEXEC);
+    if (su.done_fd < 0) {
+        g_critical("cannot create an eventfd: %s", g_strerror(errno));
+        return FALSE;
+    }
+    GThread *t = g_thread_new("start-up", sf_daemon_start_up_thread, &su);
+    if (sf_daemon_wait_signal(d, su.done_fd, " during start-up"))
+        sf_daemon_request_stop(d);
+    g_thread_join(t);
+    close(su.done_fd);
+    return su.ok && !sf_daemon_stopping(d);
+}
+
+/* Stops taking requests and closes the gate, then answers what has arrived (ids made
+ * after the gate closed are refused), and only then records the last timestamp and
+ * deletes our worker node, so that no other node can claim our id while one of our
+ * requests may still hand out an id. Frees everything. */
 static void sf_daemon_shutdown(sf_daemon *d)
 {
+    sf_daemon_request_stop(d);
     if (d->handler != NULL)
-        sf_handler_set_serving(d->handler, FALSE, "stopping");
-    if (d->registry != NULL) {
-        /* Records the last timestamp and ends the session: our node goes at once. */
-        sf_registry_close(d->registry);
-        d->registry = NULL;
-    }
+        sf_handler_close(d->handler, "stopping");
     if (d->server != NULL) {
         sf_server_stop(d->server, SF_STOP_TIMEOUT_MS);
         sf_server_stats ss;
         sf_server_get_stats(d->server, &ss);
         g_message("stopped after %" G_GUINT64_FORMAT " requests", ss.frames_processed);
+    }
+    if (d->registry != NULL) {
+        /* Records the last timestamp and ends the session: our node goes at once. */
+        sf_registry_close(d->registry);
+        d->registry = NULL;
     }
     sf_admin_stop(d->admin);
     sf_server_free(d->server);
@@ -406,7 +493,8 @@ static void sf_daemon_shutdown(sf_daemon *d)
         g_object_unref(d->handler);
     if (d->signal_fd >= 0)
         close(d->signal_fd);
-    g_mutex_clear(&d->worker_lock);
+    g_cond_clear(&d->stop_cond);
+    g_mutex_clear(&d->stop_lock);
     sf_config_clear(&d->cfg);
 }
 
@@ -428,15 +516,19 @@ int main(int argc, char **argv)
     }
     sf_daemon_set_log_level(d.cfg.log_level);
     sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
-    g_mutex_init(&d.worker_lock);
+    g_mutex_init(&d.stop_lock);
+    g_cond_init(&d.stop_cond);
     int status = 1;
     /* With ZooKeeper: listen first, so peers starting now can check us, then register. */
     gboolean registered = d.cfg.zk_hosts[0] != '\0';
     if (sf_daemon_block_signals(&d) && sf_daemon_new_handler(&d) &&
-        (registered || sf_daemon_use_static_id(&d)) && sf_daemon_listen(&d) &&
-        (!registered || sf_daemon_register_zookeeper(&d))) {
-        sf_daemon_serve(&d);
-        status = 0;
+        (registered || sf_daemon_use_static_id(&d)) && sf_daemon_listen(&d)) {
+        if (!registered || sf_daemon_start_up_registered(&d)) {
+            sf_daemon_wait_signal(&d, -1, "");
+            status = 0;
+        } else if (sf_daemon_stopping(&d)) {
+            status = 0; /* stopped during start-up: a clean exit */
+        }
     }
     sf_daemon_shutdown(&d);
     return status;

@@ -248,8 +248,9 @@ typedef struct state_log {
 
 /* Records what the registry reports, as the daemon's gate would. */
 static void on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                     const char *reason)
+                     int64_t valid_until_boot_ms, const char *reason)
 {
+    (void)valid_until_boot_ms;
     (void)worker_id;
     (void)floor_ms;
     (void)reason;
@@ -281,7 +282,7 @@ static bool wait_serving(state_log *s, bool want, int ms)
 static int64_t test_mono_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -311,8 +312,9 @@ static void on_lease(void *ctx, int64_t valid_until_mono_ms)
 
 /* Notes how many leases came before the gate would open. */
 static void on_state_lease(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                           const char *reason)
+                           int64_t valid_until_boot_ms, const char *reason)
 {
+    (void)valid_until_boot_ms;
     (void)worker_id;
     (void)floor_ms;
     (void)reason;

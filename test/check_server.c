@@ -51,8 +51,7 @@ static void start_server_with(int max_connections)
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
     handler = sf_handler_new(TEST_MAX_BATCH);
-    sf_handler_set_worker(handler, w);
-    sf_handler_set_serving(handler, TRUE, NULL);
+    sf_handler_publish(handler, w, TRUE, 0, NULL);
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     sf_server_options so;
@@ -468,7 +467,7 @@ START_TEST(test_gate)
 {
     client *c = client_open();
     ck_assert_int_gt(client_get_id(c, "gate"), 0);
-    sf_handler_set_serving(handler, FALSE, "lost the ZooKeeper session");
+    sf_handler_close(handler, "lost the ZooKeeper session");
     gint64 v = 0;
     GError *err = NULL;
     SfThriftInvalidSystemClock *ce = NULL;
@@ -497,8 +496,7 @@ START_TEST(test_gate)
     ck_assert(sf_thrift_snowflake_if_get_timestamp(c->iface, &v, &err));
     ck_assert_int_gt(v, 0);
     /* No worker held: get_worker_id is -1 and ids stay refused even if open. */
-    sf_handler_set_worker(handler, NULL);
-    sf_handler_set_serving(handler, TRUE, NULL);
+    sf_handler_publish(handler, NULL, TRUE, 0, NULL);
     ck_assert(sf_thrift_snowflake_if_get_worker_id(c->iface, &v, &err));
     ck_assert_int_eq(v, -1);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "gate", &ce, &ae, &ue, &err));
@@ -514,7 +512,7 @@ START_TEST(test_gate)
     sf_worker_options_init(&wo);
     wo.datacenter_id = TEST_DATACENTER;
     wo.worker_id = 9;
-    sf_handler_set_worker(handler, sf_worker_new(&wo, NULL));
+    sf_handler_publish(handler, sf_worker_new(&wo, NULL), TRUE, 0, NULL);
     sf_decoded d;
     ck_assert_int_eq(sf_decode(client_get_id(c, "gate"), SF_TWITTER_EPOCH_MS, &d, NULL), SF_OK);
     ck_assert_int_eq(d.worker_id, 9);
@@ -525,11 +523,11 @@ START_TEST(test_gate)
 }
 END_TEST
 
-/* Monotonic ms, the lease's clock. */
-static int64_t test_mono_ms(void)
+/* Boot-clock ms, the lease's clock. */
+static int64_t test_boot_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -542,15 +540,15 @@ START_TEST(test_lease)
     SfThriftInvalidUserAgentError *ae = NULL;
     SfThriftServiceUnavailable *ue = NULL;
     /* No lease (standalone) serves. */
-    sf_handler_set_lease(handler, 0);
+    sf_handler_renew_lease(handler, 0);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the future serves. */
-    sf_handler_set_lease(handler, test_mono_ms() + 60000);
+    sf_handler_renew_lease(handler, test_boot_ms() + 60000);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the past refuses get_id, get_ids and the health check, with the gate open. */
-    sf_handler_set_lease(handler, test_mono_ms() - 5000);
+    sf_handler_renew_lease(handler, test_boot_ms() - 5000);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "lease", &ce, &ae, &ue, &err));
     ck_assert_ptr_nonnull(ue);
     gchar *msg = NULL;
@@ -575,7 +573,7 @@ START_TEST(test_lease)
     ck_assert_msg(strstr(reason, "lease expired") != NULL, "%s", reason);
     g_free(reason);
     /* A renewed lease serves again. */
-    sf_handler_set_lease(handler, test_mono_ms() + 60000);
+    sf_handler_renew_lease(handler, test_boot_ms() + 60000);
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     client_close(c);
     sf_handler_stats hs;
@@ -746,7 +744,7 @@ START_TEST(test_admin_endpoints)
     r = http_get(aport, "/health");
     ck_assert_msg(strstr(r, " 200 ") && strstr(r, "serving"), "%s", r);
     g_free(r);
-    sf_handler_set_serving(handler, FALSE, "fenced: ZooKeeper session lost");
+    sf_handler_close(handler, "fenced: ZooKeeper session lost");
     r = http_get(aport, "/health");
     ck_assert_msg(strstr(r, " 503 ") && strstr(r, "fenced: ZooKeeper session lost"), "%s", r);
     g_free(r);

@@ -118,6 +118,43 @@ def ids_refused_until_startup_sleep_ends():
     s.stop()
 
 
+def stopped_promptly(server, limit_s):
+    """SIGTERM, then the exit status and how long the exit took."""
+    t0 = time.monotonic()
+    rc = server.stop(timeout=30)
+    return rc, time.monotonic() - t0
+
+
+def sigterm_during_start_up():
+    """SIGTERM while the node waits out startup_sleep_ms, or waits to retry a claim, ends
+    it at once with exit 0, and no worker node of its own is left behind."""
+    zk = ZK.client()
+    try:
+        s = zk_server("/stopstart", worker_id=4,
+                      extra=["--set", "snowflake.startup_sleep_ms=20000"]).start()
+        s.wait_for(r"waiting startup_sleep_ms")
+        assert zk.exists("/stopstart/4") is not None
+        rc, took = stopped_promptly(s, 3)
+        assert rc == 0 and took < 3, "exit %r after %.1f s of a 20 s startup_sleep_ms; log:\n%s" % (
+            rc, took, s.log())
+        assert zk.exists("/stopstart/4") is None, "the node outlived SIGTERM during start-up"
+
+        holder = zk_server("/stopstart", worker_id=6).start()
+        assert serving(holder) == 6
+        waiting = zk_server("/stopstart", worker_id=6,
+                            extra=["--set", "zookeeper.claim_retries=100",
+                                   "--set", "zookeeper.claim_retry_wait_ms=2000"]).start()
+        waiting.wait_for(r"retry 1 of 100")
+        rc, took = stopped_promptly(waiting, 3)
+        assert rc == 0 and took < 3, "exit %r after %.1f s while waiting to retry a claim; " \
+            "log:\n%s" % (rc, took, waiting.log())
+        data, stat = zk.get("/stopstart/6")
+        assert data.decode() == "127.0.0.1:%d" % holder.port, data
+        holder.stop()
+    finally:
+        zk.stop()
+
+
 def eight_auto_servers_get_distinct_ids():
     """Eight servers with worker_id = auto started at once hold eight distinct ids."""
     servers = [zk_server("/auto", worker_id="auto") for _ in range(8)]
@@ -359,6 +396,7 @@ def main():
     r = sftest.Runner("test_zk_server")
     r.run(static_claim_conflict_and_sigterm)
     r.run(ids_refused_until_startup_sleep_ends)
+    r.run(sigterm_during_start_up)
     r.run(eight_auto_servers_get_distinct_ids)
     r.run(exhaustion_lists_holders)
     r.run(peer_in_another_datacenter)

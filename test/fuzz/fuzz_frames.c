@@ -31,8 +31,7 @@ static void fuzz_frames_init(void)
     if (w == NULL)
         abort();
     SfHandler *handler = sf_handler_new(100);
-    sf_handler_set_worker(handler, w);
-    sf_handler_set_serving(handler, TRUE, NULL);
+    sf_handler_publish(handler, w, TRUE, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
     /* The first unknown method name creates this class for good; made here,
