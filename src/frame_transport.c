@@ -13,6 +13,8 @@ struct _SfFrameTransport {
     uint8_t *out;
     size_t out_len, out_cap;
     size_t reply_start; /* offset of the length header of the open reply */
+    uint8_t *strict;    /* a non-strict call rewritten with the strict header */
+    size_t strict_cap;
 };
 
 struct _SfFrameTransportClass {
@@ -189,6 +191,7 @@ static void sf_frame_transport_finalize(GObject *object)
 {
     SfFrameTransport *t = SF_FRAME_TRANSPORT(object);
     g_free(t->out);
+    g_free(t->strict);
     G_OBJECT_CLASS(sf_frame_transport_parent_class)->finalize(object);
 }
 
@@ -199,6 +202,8 @@ static void sf_frame_transport_init(SfFrameTransport *t)
     t->in_len = t->in_pos = 0;
     t->out = NULL;
     t->out_len = t->out_cap = t->reply_start = 0;
+    t->strict = NULL;
+    t->strict_cap = 0;
 }
 
 /* Implements every virtual method, including the message-size checks. */
@@ -224,6 +229,53 @@ static void sf_frame_transport_class_init(SfFrameTransportClass *klass)
 
 G_DEFINE_QUARK(sf-frame-error-quark, sf_frame_error)
 
+/* The binary protocol's old, non-strict message header has no version word: the name's
+ * length (an i32 >= 0), the name, the type as one byte, the seqid. The original server
+ * read it (Thrift's strictRead was off), but the c_glib library reads only the strict
+ * form, so such a call is rewritten here with the strict header: the version word and
+ * type first, then the same name and seqid and the rest of the frame unchanged. The reply
+ * is strict, as the original's was; a non-strict client reads both forms. Returns the
+ * rewritten frame (valid until the next call) and its length, or NULL with *error when
+ * the header does not fit the frame. */
+static const uint8_t *sf_frame_transport_make_strict(SfFrameTransport *t, const uint8_t *frame,
+                                                     size_t len, size_t *strict_len,
+                                                     GError **error)
+{
+    uint32_t name_len = (uint32_t)frame[0] << 24 | (uint32_t)frame[1] << 16 |
+                        (uint32_t)frame[2] << 8 | (uint32_t)frame[3];
+    if ((size_t)name_len > len - 4 || len - 4 - name_len < 5) {
+        g_set_error(error, SF_FRAME_ERROR, SF_FRAME_ERROR_MALFORMED,
+                    "malformed frame of %zu bytes: a non-strict message header with a name of "
+                    "%" G_GUINT32_FORMAT " bytes does not fit in it", len, name_len);
+        return NULL;
+    }
+    size_t type_at = 4 + (size_t)name_len;
+    *strict_len = len + 3;
+    if (t->strict_cap < *strict_len) {
+        g_free(t->strict);
+        t->strict = g_malloc(*strict_len);
+        t->strict_cap = *strict_len;
+    }
+    uint8_t *out = t->strict;
+    out[0] = 0x80;
+    out[1] = 0x01;
+    out[2] = 0x00;
+    out[3] = frame[type_at];
+    memcpy(out + 4, frame, type_at);
+    memcpy(out + 4 + type_at, frame + type_at + 1, len - type_at - 1);
+    return out;
+}
+
+/* Gives back a rewritten frame's buffer when it grew past the output's reserve. */
+static void sf_frame_transport_trim_strict(SfFrameTransport *t)
+{
+    if (t->strict_cap > SF_FRAME_OUTPUT_RESERVE) {
+        g_free(t->strict);
+        t->strict = NULL;
+        t->strict_cap = 0;
+    }
+}
+
 /* Runs the processor over one frame, appending its framed reply. FALSE with
  * *error when the frame is not a valid call. */
 static gboolean sf_frame_transport_answer_one(SfFrameTransport *t, ThriftProtocol *protocol,
@@ -239,10 +291,17 @@ static gboolean sf_frame_transport_answer_one(SfFrameTransport *t, ThriftProtoco
                     len, frame[0], frame[1], frame[2], frame[3]);
         return FALSE;
     }
+    if (len >= 4 && !(frame[0] & 0x80)) {
+        frame = sf_frame_transport_make_strict(t, frame, len, &len, error);
+        if (frame == NULL)
+            return FALSE;
+    }
     sf_frame_transport_set_input(t, frame, len);
     sf_frame_transport_begin_reply(t);
     GError *local = NULL;
-    if (!thrift_processor_process(processor, protocol, protocol, &local)) {
+    gboolean processed = thrift_processor_process(processor, protocol, protocol, &local);
+    sf_frame_transport_trim_strict(t);
+    if (!processed) {
         sf_frame_transport_cancel_reply(t);
         g_set_error(error, SF_FRAME_ERROR, SF_FRAME_ERROR_MALFORMED,
                     "malformed frame of %zu bytes: %s", len,

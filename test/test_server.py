@@ -52,6 +52,29 @@ def test_original_methods(srv):
         assert before - 1000 <= ms <= int(time.time() * 1000) + 1000, (before, ms)
 
 
+def test_non_strict_client(srv):
+    """A client that writes the old non-strict header (no version word: Thrift's
+    strictWrite=false, which legacy clients may use) is answered on every method, as the
+    original's server, which read with strictRead off, answered it."""
+    sock = sftest.TSocket.TSocket("127.0.0.1", srv.port)
+    sock.setTimeout(5000)
+    transport = TTransport.TFramedTransport(sock)
+    protocol = TBinaryProtocol.TBinaryProtocol(transport, strictRead=False, strictWrite=False)
+    api = Snowflake.Client(protocol)
+    transport.open()
+    try:
+        assert api.get_worker_id() == WORKER
+        assert api.get_datacenter_id() == DATACENTER
+        assert api.get_timestamp() > 0
+        ids = [api.get_id("legacy-client") for _ in range(3)] + api.get_ids("legacy-client", 3)
+        assert strictly_increasing(ids), ids
+        assert all(decode(i)[1:3] == (DATACENTER, WORKER) for i in ids), ids
+        expect_raises(InvalidUserAgentError, api.get_id, "1bad")
+        assert api.get_id("legacy-client") > ids[-1]
+    finally:
+        transport.close()
+
+
 def test_get_id_increases(srv):
     with srv.client() as api:
         ids = [api.get_id("infra-dm") for _ in range(500)]
@@ -451,7 +474,8 @@ def main():
     sftest.require_server()
     r = sftest.Runner("test_server")
     with Server(worker_id=WORKER, datacenter_id=DATACENTER, admin=True) as srv:
-        for test in (test_original_methods, test_get_id_increases, test_get_ids_sizes,
+        for test in (test_original_methods, test_non_strict_client, test_get_id_increases,
+                     test_get_ids_sizes,
                      test_get_ids_bad_count, test_user_agents, test_pipelined,
                      test_100_concurrent_connections, test_admin,
                      test_admin_counts_refused_frames):
