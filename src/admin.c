@@ -1,4 +1,5 @@
-/* admin.c -- sf_admin: the HTTP stats and health endpoint (/stats.json, /metrics, /health) on libmicrohttpd. */
+/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: /stats.json, /stats.txt
+ * (and /stats), /metrics, /health, /ping and /server_info.json. */
 #define _GNU_SOURCE
 #include "admin.h"
 
@@ -16,8 +17,14 @@ typedef struct sf_admin_item {
     char *help;
 } sf_admin_item;
 
+typedef struct sf_admin_timing {
+    char *name;
+    sf_latency_snapshot *figures;
+} sf_admin_timing;
+
 struct sf_admin_snapshot {
-    GArray *items; /* sf_admin_item */
+    GArray *items;   /* sf_admin_item */
+    GArray *timings; /* sf_admin_timing */
     gboolean serving;
     char *reason;
 };
@@ -27,7 +34,17 @@ struct sf_admin {
     sf_admin_collect_fn collect;
     void *ctx;
     int port;
+    gint64 start_unix_us;
+    GMutex info_lock; /* guards version and build: set while requests may be answered */
+    char *version, *build;
 };
+
+/* The percentiles of a timing, named as the original's admin service named them. */
+static const struct {
+    const char *name;
+    double q;
+} sf_admin_percentiles[] = {{"p25", 0.25}, {"p50", 0.5},   {"p75", 0.75},   {"p90", 0.9},
+                            {"p95", 0.95}, {"p99", 0.99}, {"p999", 0.999}, {"p9999", 0.9999}};
 
 G_DEFINE_QUARK(sf-admin-error-quark, sf_admin_error)
 
@@ -36,6 +53,13 @@ void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const ch
 {
     sf_admin_item item = {kind, g_strdup(name), g_strdup(label), value, g_strdup(help)};
     g_array_append_val(snap->items, item);
+}
+
+void sf_admin_snapshot_add_timing(sf_admin_snapshot *snap, const char *name,
+                                  const sf_latency_snapshot *timing)
+{
+    sf_admin_timing t = {g_strdup(name), g_memdup2(timing, sizeof *timing)};
+    g_array_append_val(snap->timings, t);
 }
 
 void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving, const char *reason)
@@ -54,12 +78,22 @@ static void sf_admin_item_clear(gpointer p)
     g_free(item->help);
 }
 
+/* Frees one timing (the array's clear function). */
+static void sf_admin_timing_clear(gpointer p)
+{
+    sf_admin_timing *t = p;
+    g_free(t->name);
+    g_free(t->figures);
+}
+
 /* Asks the owner for the current figures. */
 static sf_admin_snapshot *sf_admin_collect(sf_admin *a)
 {
     sf_admin_snapshot *snap = g_new0(sf_admin_snapshot, 1);
     snap->items = g_array_new(FALSE, FALSE, sizeof(sf_admin_item));
     g_array_set_clear_func(snap->items, sf_admin_item_clear);
+    snap->timings = g_array_new(FALSE, FALSE, sizeof(sf_admin_timing));
+    g_array_set_clear_func(snap->timings, sf_admin_timing_clear);
     snap->serving = TRUE;
     a->collect(snap, a->ctx);
     return snap;
@@ -69,6 +103,7 @@ static sf_admin_snapshot *sf_admin_collect(sf_admin *a)
 static void sf_admin_snapshot_free(sf_admin_snapshot *snap)
 {
     g_array_free(snap->items, TRUE);
+    g_array_free(snap->timings, TRUE);
     g_free(snap->reason);
     g_free(snap);
 }
@@ -88,8 +123,64 @@ static void sf_admin_json_string(GString *out, const char *s)
     g_string_append_c(out, '"');
 }
 
+/* The key of an item as /stats.json and /stats.txt show it, newly allocated. */
+static char *sf_admin_item_key(const sf_admin_item *item)
+{
+    return item->label ? g_strdup_printf("%s_%s", item->name, item->label)
+                       : g_strdup(item->name);
+}
+
+/* Nanoseconds as whole microseconds, rounded up so that a call that took any time
+ * never reads 0. */
+static uint64_t sf_admin_us(uint64_t ns)
+{
+    return ns / 1000 + (ns % 1000 != 0);
+}
+
+/* The figures of one timing as name=value pairs in the original's order (keys sorted),
+ * each through emit. */
+static void sf_admin_timing_fields(const sf_latency_snapshot *f,
+                                   void (*emit)(GString *, const char *, uint64_t, gboolean),
+                                   GString *out)
+{
+    emit(out, "average", f->count ? sf_admin_us(f->sum_ns / f->count) : 0, TRUE);
+    emit(out, "count", f->count, FALSE);
+    emit(out, "maximum", sf_admin_us(f->max_ns), FALSE);
+    emit(out, "minimum", f->count ? sf_admin_us(f->min_ns) : 0, FALSE);
+    for (size_t i = 0; i < G_N_ELEMENTS(sf_admin_percentiles); i++)
+        emit(out, sf_admin_percentiles[i].name,
+             sf_admin_us(sf_latency_percentile(f, sf_admin_percentiles[i].q)), FALSE);
+}
+
+static void sf_admin_json_field(GString *out, const char *key, uint64_t v, gboolean first)
+{
+    g_string_append_printf(out, "%s\"%s\":%" G_GUINT64_FORMAT, first ? "" : ",", key, v);
+}
+
+static void sf_admin_text_field(GString *out, const char *key, uint64_t v, gboolean first)
+{
+    g_string_append_printf(out, "%s%s=%" G_GUINT64_FORMAT, first ? "" : ", ", key, v);
+}
+
+/* The timings as a JSON object, {"get_id":{"average":..,...},...}. */
+static void sf_admin_json_timings(GString *out, const sf_admin_snapshot *snap)
+{
+    g_string_append_c(out, '{');
+    for (guint i = 0; i < snap->timings->len; i++) {
+        const sf_admin_timing *t = &g_array_index(snap->timings, sf_admin_timing, i);
+        if (i > 0)
+            g_string_append_c(out, ',');
+        sf_admin_json_string(out, t->name);
+        g_string_append(out, ":{");
+        sf_admin_timing_fields(t->figures, sf_admin_json_field, out);
+        g_string_append_c(out, '}');
+    }
+    g_string_append_c(out, '}');
+}
+
 /* /stats.json in the original admin service's shape: counters and gauges
- * objects, per-agent counters named <name>_<agent>. */
+ * objects, per-agent counters named <name>_<agent>, and the timings under both
+ * the old name ("timings") and the newer one ("metrics"). */
 static char *sf_admin_render_json(const sf_admin_snapshot *snap)
 {
     GString *out = g_string_new("{");
@@ -102,8 +193,7 @@ static char *sf_admin_render_json(const sf_admin_snapshot *snap)
             const sf_admin_item *item = &g_array_index(snap->items, sf_admin_item, i);
             if (item->kind != kinds[k])
                 continue;
-            char *key = item->label ? g_strdup_printf("%s_%s", item->name, item->label)
-                                    : g_strdup(item->name);
+            char *key = sf_admin_item_key(item);
             if (!first)
                 g_string_append_c(out, ',');
             first = FALSE;
@@ -113,9 +203,44 @@ static char *sf_admin_render_json(const sf_admin_snapshot *snap)
         }
         g_string_append_c(out, '}');
     }
+    g_string_append(out, ",\"timings\":");
+    sf_admin_json_timings(out, snap);
+    g_string_append(out, ",\"metrics\":");
+    sf_admin_json_timings(out, snap);
     g_string_append(out, ",\"serving\":");
     g_string_append(out, snap->serving ? "true" : "false");
     g_string_append(out, "}\n");
+    return g_string_free(out, FALSE);
+}
+
+/* /stats.txt (and /stats) in the original admin service's text shape:
+ *   counters:
+ *     ids_generated: 5
+ *   timings:
+ *     get_id: (average=3, count=5, ...) */
+static char *sf_admin_render_text(const sf_admin_snapshot *snap)
+{
+    GString *out = g_string_new(NULL);
+    const sf_admin_kind kinds[2] = {SF_ADMIN_COUNTER, SF_ADMIN_GAUGE};
+    const char *titles[2] = {"counters", "gauges"};
+    for (int k = 0; k < 2; k++) {
+        g_string_append_printf(out, "%s:\n", titles[k]);
+        for (guint i = 0; i < snap->items->len; i++) {
+            const sf_admin_item *item = &g_array_index(snap->items, sf_admin_item, i);
+            if (item->kind != kinds[k])
+                continue;
+            char *key = sf_admin_item_key(item);
+            g_string_append_printf(out, "  %s: %" G_GINT64_FORMAT "\n", key, item->value);
+            g_free(key);
+        }
+    }
+    g_string_append(out, "timings:\n");
+    for (guint i = 0; i < snap->timings->len; i++) {
+        const sf_admin_timing *t = &g_array_index(snap->timings, sf_admin_timing, i);
+        g_string_append_printf(out, "  %s: (", t->name);
+        sf_admin_timing_fields(t->figures, sf_admin_text_field, out);
+        g_string_append(out, ")\n");
+    }
     return g_string_free(out, FALSE);
 }
 
@@ -158,6 +283,33 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
         g_string_append_printf(out, " %" G_GINT64_FORMAT "\n", item->value);
         g_free(metric);
     }
+    if (snap->timings->len > 0)
+        g_string_append(out, "# HELP snowflake_request_duration_seconds Time from a call's entry "
+                             "into the handler to its return, per method\n"
+                             "# TYPE snowflake_request_duration_seconds histogram\n");
+    for (guint i = 0; i < snap->timings->len; i++) {
+        const sf_admin_timing *t = &g_array_index(snap->timings, sf_admin_timing, i);
+        /* One bucket per power of two of nanoseconds: exact sums of the histogram's rows. */
+        uint64_t cumulative = 0;
+        for (size_t b = 0; b < SF_LATENCY_BUCKETS - SF_LATENCY_SUB; b++) {
+            cumulative += t->figures->buckets[b];
+            if ((b + 1) % SF_LATENCY_SUB != 0)
+                continue;
+            double le = (double)(sf_latency_bucket_upper_ns(b) + 1) / 1e9;
+            g_string_append_printf(out,
+                                   "snowflake_request_duration_seconds_bucket{method=\"%s\","
+                                   "le=\"%g\"} %" G_GUINT64_FORMAT "\n",
+                                   t->name, le, cumulative);
+        }
+        g_string_append_printf(out,
+                               "snowflake_request_duration_seconds_bucket{method=\"%s\",le=\"+Inf\"} "
+                               "%" G_GUINT64_FORMAT "\n"
+                               "snowflake_request_duration_seconds_sum{method=\"%s\"} %.9f\n"
+                               "snowflake_request_duration_seconds_count{method=\"%s\"} "
+                               "%" G_GUINT64_FORMAT "\n",
+                               t->name, t->figures->count, t->name,
+                               (double)t->figures->sum_ns / 1e9, t->name, t->figures->count);
+    }
     g_string_append_printf(out,
                            "# HELP snowflake_serving 1 while ids are handed out\n"
                            "# TYPE snowflake_serving gauge\nsnowflake_serving %d\n",
@@ -182,7 +334,29 @@ static enum MHD_Result sf_admin_reply(struct MHD_Connection *conn, unsigned stat
     return ret;
 }
 
-/* Routes a request: GET or HEAD of the three paths, 404 otherwise. */
+/* /server_info.json: what runs, since when. */
+static char *sf_admin_render_info(sf_admin *a)
+{
+    GString *out = g_string_new("{\"name\":\"snowflaked\",\"version\":");
+    g_mutex_lock(&a->info_lock);
+    sf_admin_json_string(out, a->version != NULL ? a->version : "unknown");
+    g_string_append(out, ",\"build\":");
+    sf_admin_json_string(out, a->build != NULL ? a->build : "unknown");
+    g_mutex_unlock(&a->info_lock);
+    GDateTime *start = g_date_time_new_from_unix_utc(a->start_unix_us / G_USEC_PER_SEC);
+    char *when = start != NULL ? g_date_time_format_iso8601(start) : g_strdup("unknown");
+    g_string_append(out, ",\"start_time\":");
+    sf_admin_json_string(out, when);
+    g_string_append_printf(out, ",\"start_time_ms\":%" G_GINT64_FORMAT
+                           ",\"uptime_ms\":%" G_GINT64_FORMAT "}\n",
+                           a->start_unix_us / 1000, (g_get_real_time() - a->start_unix_us) / 1000);
+    g_free(when);
+    if (start != NULL)
+        g_date_time_unref(start);
+    return g_string_free(out, FALSE);
+}
+
+/* Routes a request: GET or HEAD of the known paths, 404 otherwise. */
 static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, const char *url,
                                         const char *method, const char *version,
                                         const char *upload_data, size_t *upload_data_size,
@@ -196,11 +370,18 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return sf_admin_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
                               g_strdup("only GET and HEAD are allowed\n"));
-    if (strcmp(url, "/stats.json") == 0 || strcmp(url, "/metrics") == 0 ||
+    if (strcmp(url, "/ping") == 0)
+        return sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("pong\n"));
+    if (strcmp(url, "/server_info.json") == 0)
+        return sf_admin_reply(conn, MHD_HTTP_OK, "application/json", sf_admin_render_info(a));
+    gboolean text = strcmp(url, "/stats.txt") == 0 || strcmp(url, "/stats") == 0;
+    if (text || strcmp(url, "/stats.json") == 0 || strcmp(url, "/metrics") == 0 ||
         strcmp(url, "/health") == 0) {
         sf_admin_snapshot *snap = sf_admin_collect(a);
         enum MHD_Result ret;
-        if (strcmp(url, "/stats.json") == 0)
+        if (text)
+            ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", sf_admin_render_text(snap));
+        else if (strcmp(url, "/stats.json") == 0)
             ret = sf_admin_reply(conn, MHD_HTTP_OK, "application/json",
                                  sf_admin_render_json(snap));
         else if (strcmp(url, "/metrics") == 0)
@@ -216,7 +397,8 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
         return ret;
     }
     return sf_admin_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
-                          g_strdup("not found; try /stats.json, /metrics or /health\n"));
+                          g_strdup("not found; try /stats.json, /stats.txt, /metrics, /health, "
+                                   "/ping or /server_info.json\n"));
 }
 
 sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn collect,
@@ -238,6 +420,8 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
     sf_admin *a = g_new0(sf_admin, 1);
     a->collect = collect;
     a->ctx = ctx;
+    a->start_unix_us = g_get_real_time();
+    g_mutex_init(&a->info_lock);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -250,6 +434,7 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
         g_set_error(error, SF_ADMIN_ERROR, 0,
                     "cannot serve the admin endpoint on %s:%d (is the port in use?)",
                     bind_address, port);
+        g_mutex_clear(&a->info_lock);
         g_free(a);
         return NULL;
     }
@@ -263,10 +448,23 @@ int sf_admin_port(const sf_admin *a)
     return a->port;
 }
 
+void sf_admin_set_server_info(sf_admin *a, const char *version, const char *build)
+{
+    g_mutex_lock(&a->info_lock);
+    g_free(a->version);
+    g_free(a->build);
+    a->version = g_strdup(version);
+    a->build = g_strdup(build);
+    g_mutex_unlock(&a->info_lock);
+}
+
 void sf_admin_stop(sf_admin *a)
 {
     if (a == NULL)
         return;
     MHD_stop_daemon(a->daemon);
+    g_free(a->version);
+    g_free(a->build);
+    g_mutex_clear(&a->info_lock);
     g_free(a);
 }

@@ -1,9 +1,12 @@
-/* admin.h -- sf_admin: the HTTP stats and health endpoint (/stats.json, /metrics, /health) on libmicrohttpd. */
+/* admin.h -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: /stats.json, /stats.txt
+ * (and /stats), /metrics, /health, /ping and /server_info.json. */
 #ifndef SF_ADMIN_H
 #define SF_ADMIN_H
 
 #include <glib.h>
 #include <stdint.h>
+
+#include "latency.h"
 
 typedef struct sf_admin sf_admin;
 typedef struct sf_admin_snapshot sf_admin_snapshot;
@@ -20,6 +23,13 @@ typedef void (*sf_admin_collect_fn)(sf_admin_snapshot *snap, void *ctx);
 void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const char *name,
                            const char *label, int64_t value, const char *help);
 
+/* Adds the timings of one method (name is [a-z_]+, e.g. "get_id"): /stats.json shows them
+ * under "timings" and "metrics" as the original's admin service did (count, average,
+ * minimum, maximum, p25 .. p9999, in microseconds rounded up), /metrics as the histogram
+ * snowflake_request_duration_seconds{method="<name>"}. */
+void sf_admin_snapshot_add_timing(sf_admin_snapshot *snap, const char *name,
+                                  const sf_latency_snapshot *timing);
+
 /* Sets the health answer: serving, or not with a reason. */
 void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving,
                                   const char *reason);
@@ -31,6 +41,10 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
 
 /* The port actually bound. */
 int sf_admin_port(const sf_admin *a);
+
+/* Sets what /server_info.json says besides the start time: the version and the build
+ * (strings copied). */
+void sf_admin_set_server_info(sf_admin *a, const char *version, const char *build);
 
 /* Stops the daemon and frees everything. NULL is allowed. */
 void sf_admin_stop(sf_admin *a);

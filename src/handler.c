@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "latency.h"
 #include "thrift_fix.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and
@@ -25,6 +26,7 @@ typedef struct sf_handler_stripe {
     atomic_uint_fast64_t unavailable_errors;
     atomic_uint_fast64_t clock_errors;
     atomic_uint_fast64_t ids_discarded;
+    sf_latency timings[SF_HANDLER_METHODS];
     GMutex agents_lock;
     GHashTable *agents; /* char * agent -> uint64_t * count */
 } sf_handler_stripe;
@@ -89,6 +91,23 @@ static void sf_handler_count_ids(SfHandler *h, const char *agent, uint64_t n)
         g_hash_table_insert(s->agents, g_strdup(agent), count);
     }
     g_mutex_unlock(&s->agents_lock);
+}
+
+static const char *const sf_handler_method_names[SF_HANDLER_METHODS] = {
+    "get_id", "get_ids", "get_worker_id", "get_datacenter_id", "get_timestamp"};
+
+/* Nanoseconds on the monotonic clock, for timing calls. */
+static uint64_t sf_handler_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Records how long a call that began at start_ns took, in the calling thread's stripe. */
+static void sf_handler_time(SfHandler *h, sf_handler_method m, uint64_t start_ns)
+{
+    sf_latency_record(&sf_handler_my_stripe(h)->timings[m], sf_handler_now_ns() - start_ns);
 }
 
 /* Counts ids that were made but not handed out: the check after making them failed. */
@@ -217,7 +236,7 @@ static void sf_handler_clock_error(SfHandler *h, const sf_error *err,
 }
 
 /* get_worker_id: the worker id in use, -1 while none is held. */
-static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+static gboolean sf_handler_do_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
     (void)error;
@@ -228,7 +247,7 @@ static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_re
 }
 
 /* get_datacenter_id: the datacenter id in use, -1 while no worker is held. */
-static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+static gboolean sf_handler_do_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                              GError **error)
 {
     (void)error;
@@ -239,7 +258,7 @@ static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 
 }
 
 /* get_timestamp: the server's wall clock in Unix milliseconds, as the original. */
-static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
+static gboolean sf_handler_do_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
     (void)iface;
@@ -250,7 +269,7 @@ static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_re
 
 /* get_id: checks the agent, then the gate; makes one id, and hands it out only if the
  * check still holds after it was made. */
-static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+static gboolean sf_handler_do_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                   const gchar *useragent,
                                   SfThriftInvalidSystemClock **clock_error,
                                   SfThriftInvalidUserAgentError **agent_error,
@@ -279,7 +298,7 @@ static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
 }
 
 /* get_ids: like get_id for count ids, count in 1..max_batch_size. */
-static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
+static gboolean sf_handler_do_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
                                    const gchar *useragent, const gint32 count,
                                    SfThriftInvalidSystemClock **clock_error,
                                    SfThriftInvalidUserAgentError **agent_error,
@@ -318,6 +337,61 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
     }
     sf_handler_count_ids(h, useragent, (uint64_t)count);
     return TRUE;
+}
+
+/* The service's methods as the processor calls them: each call timed, per method. */
+static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+                                         GError **error)
+{
+    uint64_t t0 = sf_handler_now_ns();
+    gboolean ok = sf_handler_do_get_worker_id(iface, _return, error);
+    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_WORKER_ID, t0);
+    return ok;
+}
+
+static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+                                             GError **error)
+{
+    uint64_t t0 = sf_handler_now_ns();
+    gboolean ok = sf_handler_do_get_datacenter_id(iface, _return, error);
+    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_DATACENTER_ID, t0);
+    return ok;
+}
+
+static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
+                                         GError **error)
+{
+    uint64_t t0 = sf_handler_now_ns();
+    gboolean ok = sf_handler_do_get_timestamp(iface, _return, error);
+    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_TIMESTAMP, t0);
+    return ok;
+}
+
+static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
+                                  const gchar *useragent,
+                                  SfThriftInvalidSystemClock **clock_error,
+                                  SfThriftInvalidUserAgentError **agent_error,
+                                  SfThriftServiceUnavailable **unavailable, GError **error)
+{
+    uint64_t t0 = sf_handler_now_ns();
+    gboolean ok = sf_handler_do_get_id(iface, _return, useragent, clock_error, agent_error,
+                                       unavailable, error);
+    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_ID, t0);
+    return ok;
+}
+
+static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
+                                   const gchar *useragent, const gint32 count,
+                                   SfThriftInvalidSystemClock **clock_error,
+                                   SfThriftInvalidUserAgentError **agent_error,
+                                   SfThriftInvalidRequestError **request_error,
+                                   SfThriftServiceUnavailable **unavailable, GError **error)
+{
+    uint64_t t0 = sf_handler_now_ns();
+    gboolean ok = sf_handler_do_get_ids(iface, _return, useragent, count, clock_error,
+                                        agent_error, request_error, unavailable, error);
+    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_IDS, t0);
+    return ok;
 }
 
 SfHandler *sf_handler_new(int max_batch_size)
@@ -407,6 +481,18 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
     }
 }
 
+void sf_handler_foreach_timing(SfHandler *h, sf_handler_timing_fn fn, void *ctx)
+{
+    sf_latency_snapshot *snap = g_new(sf_latency_snapshot, 1);
+    for (int m = 0; m < SF_HANDLER_METHODS; m++) {
+        sf_latency_snapshot_init(snap);
+        for (int i = 0; i < SF_HANDLER_STRIPES; i++)
+            sf_latency_add_to(&h->stripes[i].timings[m], snap);
+        fn(sf_handler_method_names[m], snap, ctx);
+    }
+    g_free(snap);
+}
+
 void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
 {
     /* Merge the stripes first so each agent is reported once, in name order. */
@@ -473,6 +559,8 @@ static void sf_handler_init(SfHandler *h)
         atomic_init(&s->unavailable_errors, 0);
         atomic_init(&s->clock_errors, 0);
         atomic_init(&s->ids_discarded, 0);
+        for (int m = 0; m < SF_HANDLER_METHODS; m++)
+            sf_latency_init(&s->timings[m]);
         g_mutex_init(&s->agents_lock);
         s->agents = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     }

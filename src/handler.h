@@ -5,6 +5,7 @@
 #include <glib-object.h>
 #include <stdint.h>
 
+#include "latency.h"
 #include "snowflake.h"
 #include "sf_thrift_snowflake.h"
 
@@ -68,6 +69,21 @@ sf_worker *sf_handler_current_worker(SfHandler *h);
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);
 
 void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out);
+
+/* The service's methods, each timed from the handler's entry to its return. */
+typedef enum {
+    SF_HANDLER_GET_ID,
+    SF_HANDLER_GET_IDS,
+    SF_HANDLER_GET_WORKER_ID,
+    SF_HANDLER_GET_DATACENTER_ID,
+    SF_HANDLER_GET_TIMESTAMP,
+    SF_HANDLER_METHODS
+} sf_handler_method;
+
+/* Calls fn once per method, in the order above, with its timings summed over threads. */
+typedef void (*sf_handler_timing_fn)(const char *method, const sf_latency_snapshot *timing,
+                                     void *ctx);
+void sf_handler_foreach_timing(SfHandler *h, sf_handler_timing_fn fn, void *ctx);
 
 /* Calls fn once per user agent that has been given ids, with its count. */
 typedef void (*sf_handler_agent_fn)(const char *agent, uint64_t count, void *ctx);

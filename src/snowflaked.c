@@ -85,6 +85,12 @@ static void sf_daemon_add_agent(const char *agent, uint64_t count, void *ctx)
                           "Ids handed out, per user agent");
 }
 
+/* Hands each method's timings to the admin snapshot. */
+static void sf_daemon_add_timing(const char *method, const sf_latency_snapshot *timing, void *ctx)
+{
+    sf_admin_snapshot_add_timing(ctx, method, timing);
+}
+
 /* Gathers the admin figures from the handler and the server. */
 static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
@@ -122,6 +128,7 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
                               (int64_t)counters[i].value, counters[i].help);
     sf_handler_foreach_agent(d->handler, sf_daemon_add_agent, snap);
+    sf_handler_foreach_timing(d->handler, sf_daemon_add_timing, snap);
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, hs.worker_id,
                           "Worker id in use, -1 = none");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "datacenter_id", NULL, hs.datacenter_id,
@@ -193,8 +200,9 @@ static gboolean sf_daemon_listen(sf_daemon *d)
             g_error_free(err);
             return FALSE;
         }
-        g_message("admin endpoint on http://%s:%d/ (/stats.json, /metrics, /health)",
-                  d->cfg.admin_bind_address, sf_admin_port(d->admin));
+        sf_admin_set_server_info(d->admin, PACKAGE_VERSION, SF_BUILD);
+        g_message("admin endpoint on http://%s:%d/ (/stats.json, /stats.txt, /metrics, /health, "
+                  "/ping, /server_info.json)", d->cfg.admin_bind_address, sf_admin_port(d->admin));
     }
     return TRUE;
 }

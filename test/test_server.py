@@ -244,6 +244,71 @@ def test_admin(srv):
     assert status == 404, status
 
 
+OSTRICH_TIMING_KEYS = ["average", "count", "maximum", "minimum", "p25", "p50", "p75", "p90",
+                      "p95", "p99", "p999", "p9999"]
+
+
+def test_admin_timings_and_legacy_paths(srv):
+    """Per-method timings as the original's admin service showed them (/stats.json
+    "timings" and "metrics", /stats.txt and /stats), a Prometheus histogram per method,
+    /ping and /server_info.json."""
+    def timings():
+        status, body = srv.http("/stats.json")
+        assert status == 200, status
+        doc = json.loads(body)
+        assert doc["timings"] == doc["metrics"], doc
+        return doc["timings"]
+
+    before = timings()
+    with srv.client() as api:
+        for _ in range(20):
+            api.get_id("timed-agent")
+        api.get_ids("timed-agent", 3)
+        api.get_worker_id()
+    after = timings()
+    assert sorted(after) == ["get_datacenter_id", "get_id", "get_ids", "get_timestamp",
+                             "get_worker_id"], sorted(after)
+    for method, calls in (("get_id", 20), ("get_ids", 1), ("get_worker_id", 1)):
+        t = after[method]
+        assert sorted(t) == sorted(OSTRICH_TIMING_KEYS), t
+        assert t["count"] - before[method]["count"] == calls, (method, before, after)
+        ordered = [t["minimum"]] + [t[p] for p in OSTRICH_TIMING_KEYS[4:]] + [t["maximum"]]
+        assert ordered == sorted(ordered) and t["minimum"] >= 1, (method, t)
+        assert t["minimum"] <= t["average"] <= t["maximum"], (method, t)
+
+    for path in ("/stats.txt", "/stats"):
+        status, body = srv.http(path)
+        assert status == 200, (path, status)
+        assert body.startswith("counters:\n") and "\ngauges:\n" in body, body
+        assert re.search(r"^  ids_generated: \d+$", body, re.M), body
+        m = re.search(r"^  get_id: \((.*)\)$", body, re.M)
+        assert m, body
+        assert [kv.split("=")[0] for kv in m.group(1).split(", ")] == OSTRICH_TIMING_KEYS, body
+
+    status, body = srv.http("/metrics")
+    assert status == 200, status
+    buckets = [(float("inf") if le == "+Inf" else float(le), float(v)) for le, v in re.findall(
+        r'^snowflake_request_duration_seconds_bucket\{method="get_id",le="([^"]+)"\} (\S+)$',
+        body, re.M)]
+    assert len(buckets) > 10 and buckets[-1][0] == float("inf"), body
+    assert [le for le, _ in buckets] == sorted(le for le, _ in buckets), buckets
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets), buckets
+    count = re.search(r'^snowflake_request_duration_seconds_count\{method="get_id"\} (\S+)$',
+                      body, re.M)
+    assert count and float(count.group(1)) == buckets[-1][1], (count, buckets[-1])
+
+    assert srv.http("/ping") == (200, "pong\n")
+    status, body = srv.http("/server_info.json")
+    assert status == 200, status
+    info = json.loads(body)
+    assert info["name"] == "snowflaked" and re.match(r"^\d+\.\d+\.\d+$", info["version"]), info
+    assert "thrift_c_glib" in info["build"], info
+    now_ms = time.time() * 1000
+    assert now_ms - 600000 < info["start_time_ms"] <= now_ms and info["uptime_ms"] >= 0, info
+    assert info["start_time"].startswith(time.strftime("%Y-%m-%dT", time.gmtime(
+        info["start_time_ms"] / 1000))), info
+
+
 def test_admin_counts_refused_frames(srv):
     before = stats(srv)
     with raw_connect(srv.port) as s:
@@ -478,7 +543,7 @@ def main():
                      test_get_ids_sizes,
                      test_get_ids_bad_count, test_user_agents, test_pipelined,
                      test_100_concurrent_connections, test_admin,
-                     test_admin_counts_refused_frames):
+                     test_admin_timings_and_legacy_paths, test_admin_counts_refused_frames):
             r.run(test, srv)
     limits = {"SNOWFLAKE_MAX_FRAME_SIZE": "1024", "SNOWFLAKE_IDLE_TIMEOUT_MS": "700",
               "SNOWFLAKE_FRAME_TIMEOUT_MS": "700"}
