@@ -251,9 +251,10 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
  * worker when the id changed) whose ids stay after floor_ms; not serving closes it with
  * the reason, which get_id and /health report. Runs on the registry's thread. */
 static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                               const char *reason)
+                               int64_t valid_until_boot_ms, const char *reason)
 {
     sf_daemon *d = ctx;
+    (void)valid_until_boot_ms;
     if (!serving) {
         g_warning("fenced: refusing ids: %s", reason);
         sf_handler_set_serving(d->handler, FALSE, reason);
