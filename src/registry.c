@@ -111,6 +111,7 @@ struct sf_registry {
     int64_t retry_at;        /* boot ms, while FENCED */
     int64_t backoff_ms;
     bool lease_failing;      /* warn once per run of failed renewals */
+    const char *serve_reason; /* why serving begins at the next first lease */
     char reason[SF_REG_REASON_MAX]; /* why not serving, as last reported */
     sf_reg_renewal renewal;
 
@@ -303,12 +304,13 @@ static void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         sf_reg_report rep = {.is_lease = true, .until = r->lease_until};
         sf_reg_queue(r, &rep);
         if (!was_serving) {
-            sf_reg_move(r, SF_REG_SERVING, reason);
+            sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
             r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
             r->reason[0] = '\0';
             sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
                                 .floor_ms = r->floor_ms, .until = r->lease_until};
-            snprintf(on.reason, sizeof on.reason, "%s", reason ? reason : "worker id claimed");
+            snprintf(on.reason, sizeof on.reason, "%s",
+                     r->serve_reason ? r->serve_reason : "worker id claimed");
             sf_reg_queue(r, &on);
         }
         break;
@@ -1022,11 +1024,12 @@ static void sf_reg_renew_send(sf_registry *r, int64_t id)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Renews once and waits for the outcome (for the first lease before serving). Returns true
- * when serving now. */
-static bool sf_reg_renew_and_wait(sf_registry *r, int64_t id)
+/* Renews once and waits for the outcome (for the first lease before serving; why is the
+ * reason serving begins). Returns true when serving now. */
+static bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why)
 {
     pthread_mutex_lock(&r->mu);
+    r->serve_reason = why;
     bool resync = r->resync;
     pthread_mutex_unlock(&r->mu);
     if (resync && !sf_reg_resync(r, id))
@@ -1264,7 +1267,8 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
         pthread_mutex_unlock(&r->mu);
         return;
     }
-    if (!sf_reg_renew_and_wait(r, id)) {
+    if (!sf_reg_renew_and_wait(r, id, kept ? "claimed again (the session survived)"
+                                            : "claimed again")) {
         pthread_mutex_lock(&r->mu);
         sf_reg_step(r, SF_REG_EV_FAILED, "the first lease on the claimed worker id was not "
                     "confirmed by ZooKeeper's leader; will claim again");
@@ -1330,7 +1334,7 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
     int64_t id = r->held_id;
     pthread_mutex_unlock(&r->mu);
     /* The first lease comes before serving is reported: on_state(serving) carries it. */
-    if (!held || !sf_reg_renew_and_wait(r, id)) {
+    if (!held || !sf_reg_renew_and_wait(r, id, "worker id claimed")) {
         pthread_mutex_lock(&r->mu);
         if (r->state != SF_REG_FENCED)
             sf_reg_step(r, SF_REG_EV_FAILED, "the ZooKeeper session was lost before serving began");
