@@ -494,6 +494,42 @@ START_TEST(floor_is_never_lowered)
 }
 END_TEST
 
+START_TEST(former_holder_cannot_write_after_losing_node)
+{
+    sf_registry_options o;
+    char err[SF_REGISTRY_ERR_MAX];
+    int64_t id, floor;
+    state_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
+    test_options(&o, "/t-floor-lost", 5);
+    o.on_state = on_state;
+    o.state_ctx = &log;
+    sf_registry *r = sf_registry_new(&o, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
+    ck_assert(wait_serving(&log, true, 1000));
+    test_sleep_ms(800); /* a few renewals: our node's version is past 0 */
+    /* The node is released under us and another session takes id 5 and records a
+     * timestamp ahead of our clock: we must stop, and never write its record again. */
+    zhandle_t *zh = raw_client();
+    ck_assert_int_eq(zoo_delete(zh, "/t-floor-lost/5", -1), ZOK);
+    ck_assert_int_eq(zoo_create(zh, "/t-floor-lost/5", "127.0.0.1:9999", 14, &ZOO_OPEN_ACL_UNSAFE,
+                                ZOO_EPHEMERAL, NULL, 0), ZOK);
+    int64_t theirs = sf_clock_now_ms() + 30000;
+    char data[32];
+    snprintf(data, sizeof data, "%" PRId64, theirs);
+    ck_assert_int_eq(zoo_set(zh, "/t-floor-lost-state/5", data, (int)strlen(data), -1), ZOK);
+    bool fenced = wait_serving(&log, false, 2000);
+    sf_registry_close(r);
+    int64_t after = raw_get_ts(zh, "/t-floor-lost-state/5");
+    zookeeper_close(zh);
+    ck_assert_msg(fenced, "still serving after another session took our worker id");
+    ck_assert_msg(strstr(log.reason, "another session"), "reason: %s", log.reason);
+    ck_assert_msg(after == theirs, "the former holder wrote the new holder's record: %" PRId64
+                  " instead of %" PRId64, after, theirs);
+}
+END_TEST
+
 START_TEST(worker_names_are_canonical)
 {
     sf_registry_options o;
@@ -825,7 +861,7 @@ static Suite *registry_suite(void)
 {
     Suite *s = suite_create("registry");
     TCase *tc = tcase_create("zookeeper");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 30);
     tcase_add_test(tc, static_claim_creates_ephemeral_node);
     tcase_add_test(tc, static_conflict_names_holder);
     tcase_add_test(tc, auto_ids_are_distinct_then_exhausted);
@@ -835,6 +871,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, no_server_is_a_clear_error);
     tcase_add_test(tc, lease_renewed_while_serving);
     tcase_add_test(tc, floor_is_never_lowered);
+    tcase_add_test(tc, former_holder_cannot_write_after_losing_node);
     tcase_add_test(tc, worker_names_are_canonical);
     tcase_add_test(tc, cancel_interrupts_claim_retries);
     tcase_add_test(tc, cancel_interrupts_floor_wait);
