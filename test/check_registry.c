@@ -586,6 +586,19 @@ static void claim_then_cancel(sf_registry *r)
                   " ms after the cancel", job.returned_at - cancelled_at);
 }
 
+START_TEST(cancel_interrupts_session_wait)
+{
+    sf_registry_options o;
+    char err[SF_REGISTRY_ERR_MAX];
+    test_options(&o, "/t-cancel-session", 1);
+    o.hosts = "127.0.0.1:1"; /* nothing listens: the claim waits for a session */
+    sf_registry *r = sf_registry_new(&o, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    claim_then_cancel(r);
+    sf_registry_close(r);
+}
+END_TEST
+
 START_TEST(cancel_interrupts_claim_retries)
 {
     sf_registry_options o;
@@ -873,6 +886,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, floor_is_never_lowered);
     tcase_add_test(tc, former_holder_cannot_write_after_losing_node);
     tcase_add_test(tc, worker_names_are_canonical);
+    tcase_add_test(tc, cancel_interrupts_session_wait);
     tcase_add_test(tc, cancel_interrupts_claim_retries);
     tcase_add_test(tc, cancel_interrupts_floor_wait);
     tcase_add_test(tc, cancel_interrupts_lock_wait);
