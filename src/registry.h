@@ -2,7 +2,7 @@
  *
  * The layout is the original Snowflake's, so legacy nodes and their tools share one ensemble:
  * under worker_id_path each live node owns an EPHEMERAL child named by its worker id in
- * decimal, holding "hostname:port". Beyond the original:
+ * canonical decimal ("5", never "05"), holding "hostname:port". Beyond the original:
  *   - automatic ids: nodes queue with ZooKeeper's lock recipe under lock_path;
  *   - fencing: a node that lost (or may have lost) its session stops serving and claims again;
  *   - restart safety: the last used timestamp of each id is kept under state_path, and a new
@@ -58,7 +58,8 @@ static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
  * floor_ms (-1 = none), until CLOCK_BOOTTIME reaches valid_until_boot_ms (the lease that came
  * with the claim); !serving = stop at once, reason says why (worker_id is the id last held or
  * -1). While not serving it is told again whenever the reason changes, so the reason is always
- * the current one. Called from the registry's own thread (the first call from
+ * the current one; a registry stopped while serving says so (not serving) before it records
+ * the last timestamp. Called from the registry's own thread (the first call from
  * sf_registry_watch); must not call back into the registry. */
 typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
                                      int64_t valid_until_boot_ms, const char *reason);
