@@ -1,5 +1,12 @@
-/* registry.c -- claims a worker id in ZooKeeper, guards it (fencing) and records its last timestamp. */
-#define _POSIX_C_SOURCE 200809L
+/* registry.c -- claims a worker id in ZooKeeper, guards it (fencing) and records its last timestamp.
+ *
+ * The registry is a state machine (sf_reg_state): one function, sf_reg_step, takes every event
+ * (from the session watcher, from the renewal's completion, from the registry's thread and from
+ * the callers) and moves the state, logging each transition once and queueing the reports the
+ * caller's callbacks receive. The registry's thread acts on the state it finds: opens a session
+ * while CONNECTING, claims while CLAIMING, waits for the recorded timestamp and the first lease
+ * while WAITING_FLOOR, renews the lease while SERVING, and schedules the next try while FENCED. */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry.h"
 
 #include <errno.h>
@@ -16,43 +23,107 @@
 #endif
 #include <zookeeper/zookeeper.h>
 
+#include "registry_peers.h"
 #include "snowflake.h"
 
-#define PATH_MAX_LEN 1024
-#define DATA_MAX_LEN 512
-/* A peer answering worker id -1 is between creating its node and using the id: ask again. */
-#define PEER_STARTING_TRIES 20
-#define PEER_STARTING_WAIT_MS 50
+#define SF_REG_PATH_MAX 1024
+#define SF_REG_DATA_MAX 512
+#define SF_REG_REASON_MAX SF_REGISTRY_ERR_MAX
+#define SF_REG_REPORTS 8          /* reports queued between two deliveries */
+#define SF_REG_BACKOFF_MIN_MS 100 /* the first retry after a failure */
+#define SF_REG_BACKOFF_MAX_MS 5000
+#define SF_REG_CONNECT_MIN_MS 5000 /* a new session gets at least this long to come up */
+
+typedef enum sf_reg_state {
+    SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
+    SF_REG_CLAIMING,      /* session up: claiming an id, or checking the one held */
+    SF_REG_WAITING_FLOOR, /* id held: waiting for the clock to pass its floor and a first lease */
+    SF_REG_SERVING,       /* id held and leased: ids may be handed out */
+    SF_REG_FENCED,        /* not serving; the thread tries again after a backoff */
+    SF_REG_STOPPING       /* cancelled or closing: nothing more happens */
+} sf_reg_state;
+
+typedef enum sf_reg_event {
+    SF_REG_EV_CONNECTED,    /* the session is (again) established */
+    SF_REG_EV_DISCONNECTED, /* the connection dropped; the session may live on */
+    SF_REG_EV_EXPIRED,      /* the session is gone (or its credential refused) */
+    SF_REG_EV_CLAIMED,      /* an id is held by our session */
+    SF_REG_EV_RENEWED,      /* the leader confirmed a renewal: a fresh lease */
+    SF_REG_EV_RENEW_FAILED, /* a renewal got no confirmation: the lease is not extended */
+    SF_REG_EV_NODE_LOST,    /* ZooKeeper says our worker node is gone or another session's */
+    SF_REG_EV_FAILED,       /* a step of connecting or claiming failed */
+    SF_REG_EV_TIMER,        /* time passed: grace, lease or backoff may have run out */
+    SF_REG_EV_STOP          /* cancelled or closing */
+} sf_reg_event;
+
+/* One call of on_state or on_lease waiting to be made outside the lock. */
+typedef struct sf_reg_report {
+    bool is_lease;
+    bool serving;
+    int64_t worker_id, floor_ms, until;
+    char reason[SF_REG_REASON_MAX];
+} sf_reg_report;
+
+/* The renewal write in flight: ZooKeeper fills results and stats when it completes. */
+typedef struct sf_reg_renewal {
+    bool in_flight;
+    bool done;            /* completed, outcome below not yet taken by a waiter */
+    int rc;               /* the multi's own result */
+    sf_reg_event outcome; /* what it told the state machine */
+    uint64_t seq;
+    int64_t t0;           /* boot ms taken before it was sent */
+    int64_t value;        /* the timestamp it records */
+    zhandle_t *zh;        /* the handle it was sent on */
+    char data[32];
+    zoo_op_t ops[2];
+    zoo_op_result_t results[2];
+    struct Stat worker_stat, state_stat;
+} sf_reg_renewal;
 
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
     char *hosts, *worker_id_path, *lock_path, *state_path, *host_port, *auth;
     int64_t wanted_id;       /* the configured id, -1 = automatic */
-    zhandle_t *zh;
-    int negotiated_ms;
     struct ACL acl[2];       /* with a credential: its holders ALL, everyone READ */
     struct ACL_vector acl_vec;
 
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool connected;          /* the session is established and the connection up */
+    pthread_mutex_t mu;      /* guards everything below */
+    pthread_cond_t cv;       /* on CLOCK_MONOTONIC: only waits, never leases */
+    zhandle_t *zh;           /* the current session's handle; NULL between sessions */
+    int negotiated_ms;
+    sf_reg_state state;
+    bool connected;          /* the connection is up */
     bool expired;            /* the session is gone: a new handle is needed */
-    int64_t disconnected_since; /* monotonic ms, 0 while connected */
+    bool stop;               /* cancelled or closing */
+    bool watching;           /* sf_registry_watch ran: reports go to the callbacks */
+    int64_t disconnected_since; /* boot ms, 0 while connected */
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
 
     int64_t held_id;         /* -1 while no id is held */
-    bool serving;
-    bool stop;
+    int64_t floor_ms;        /* the recorded timestamp found when the id was claimed */
+    int32_t worker_version;  /* our worker node's version as last written */
+    int32_t state_version;   /* the state node's version as last read or written; -1 = none */
+    int64_t state_value;     /* the timestamp at state_version */
+    bool resync;             /* a renewal met a changed version: re-read before the next */
+    int64_t lease_until;     /* boot ms; 0 = no lease */
+    int64_t next_renew;      /* boot ms */
+    int64_t retry_at;        /* boot ms, while FENCED */
+    int64_t backoff_ms;
+    bool lease_failing;      /* warn once per run of failed renewals */
+    const char *serve_reason; /* why serving begins at the next first lease */
+    char reason[SF_REG_REASON_MAX]; /* why not serving, as last reported */
+    sf_reg_renewal renewal;
+
+    sf_reg_report reports[SF_REG_REPORTS];
+    int report_head, report_count;
+
     bool thread_started;
     pthread_t thread;
-    int64_t next_state_write;
-    int64_t next_lease_renew; /* monotonic ms */
-    int64_t lease_until;      /* CLOCK_BOOTTIME ms: the last lease reported */
 };
 
 /* Formats into a caller's buffer; every error path uses it so messages are never lost. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+static void sf_reg_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0)
         return;
@@ -63,7 +134,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Sends a message to the caller's log, or to standard error without one. */
-static void reg_log(sf_registry *r, const char *level, const char *fmt, ...)
+static void sf_reg_log(sf_registry *r, const char *level, const char *fmt, ...)
 {
     char msg[SF_REGISTRY_ERR_MAX];
     va_list ap;
@@ -76,26 +147,6 @@ static void reg_log(sf_registry *r, const char *level, const char *fmt, ...)
         fprintf(stderr, "snowflaked: registry: %s: %s\n", level, msg);
 }
 
-/* Sleeps ms milliseconds; used for the waits between claim attempts. */
-static void sleep_ms(int64_t ms)
-{
-    if (ms <= 0)
-        return;
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* Milliseconds on the monotonic clock: intervals and timeouts must not move
- * when the wall clock is stepped, least of all the time spent disconnected,
- * which decides when to stop handing out ids. */
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t sf_registry_boot_ms(void)
 {
     struct timespec ts;
@@ -103,12 +154,13 @@ int64_t sf_registry_boot_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait
- * (r->cv waits on the monotonic clock). */
-static struct timespec deadline_in(int64_t ms)
+/* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */
+static struct timespec sf_reg_deadline_in(int64_t ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (ms < 0)
+        ms = 0;
     ts.tv_sec += ms / 1000;
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) {
@@ -118,38 +170,229 @@ static struct timespec deadline_in(int64_t ms)
     return ts;
 }
 
-/* Waits ms unless sf_registry_cancel() is called meanwhile: false when stopped. */
-static bool wait_unless_stopped(sf_registry *r, int64_t ms)
+/* Waits on the condition variable for at most ms (lock held). */
+static void sf_reg_wait_locked(sf_registry *r, int64_t ms)
 {
-    struct timespec until = deadline_in(ms);
+    struct timespec until = sf_reg_deadline_in(ms);
+    pthread_cond_timedwait(&r->cv, &r->mu, &until);
+}
+
+/* Sleeps ms unless stopped first (lock not held). False when stopped. */
+static bool sf_reg_sleep(sf_registry *r, int64_t ms)
+{
+    int64_t end = sf_registry_boot_ms() + ms;
     pthread_mutex_lock(&r->mu);
-    while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT) {
-    }
+    for (int64_t left = ms; !r->stop && left > 0; left = end - sf_registry_boot_ms())
+        sf_reg_wait_locked(r, left);
     bool stopped = r->stop;
     pthread_mutex_unlock(&r->mu);
     return !stopped;
 }
 
-/* The session watcher: records connection state; never calls back into ZooKeeper. */
-static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+/* True once cancelled or closing. */
+static bool sf_reg_stopped(sf_registry *r)
 {
-    (void)zh;
+    pthread_mutex_lock(&r->mu);
+    bool stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/* The peers module's view of cancellation. */
+static bool sf_reg_cancelled(void *ctx)
+{
+    return sf_reg_stopped(ctx);
+}
+
+/* The state's name, for the log. */
+static const char *sf_reg_state_name(sf_reg_state s)
+{
+    static const char *const names[] = {"connecting", "claiming", "waiting for the floor",
+                                        "serving", "fenced", "stopping"};
+    return names[s];
+}
+
+/* Queues a report for delivery outside the lock; the oldest gives way when full. */
+static void sf_reg_queue(sf_registry *r, const sf_reg_report *rep)
+{
+    if (!r->watching)
+        return;
+    if (r->report_count == SF_REG_REPORTS) {
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+    }
+    r->reports[(r->report_head + r->report_count) % SF_REG_REPORTS] = *rep;
+    r->report_count++;
+}
+
+/* Queues "not serving" with reason, unless that very reason was the last one reported. */
+static void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force)
+{
+    if (!force && strcmp(r->reason, reason) == 0)
+        return;
+    snprintf(r->reason, sizeof r->reason, "%s", reason);
+    sf_reg_report rep = {.is_lease = false, .serving = false, .worker_id = r->held_id,
+                         .floor_ms = -1, .until = 0};
+    snprintf(rep.reason, sizeof rep.reason, "%s", reason);
+    sf_reg_queue(r, &rep);
+}
+
+/* Moves to state next, logging the transition once. */
+static void sf_reg_move(sf_registry *r, sf_reg_state next, const char *reason)
+{
+    if (r->state == next)
+        return;
+    sf_reg_log(r, next == SF_REG_FENCED ? "warning" : "info", "%s -> %s%s%s",
+               sf_reg_state_name(r->state), sf_reg_state_name(next), reason ? ": " : "",
+               reason ? reason : "");
+    r->state = next;
+}
+
+/* Fences: stops serving at once (reported) and schedules the next try after the backoff. */
+static void sf_reg_fence(sf_registry *r, const char *reason)
+{
+    bool was_serving = r->state == SF_REG_SERVING;
+    sf_reg_move(r, SF_REG_FENCED, reason);
+    r->lease_until = 0;
+    sf_reg_queue_fenced(r, reason, was_serving);
+    r->retry_at = sf_registry_boot_ms() + r->backoff_ms;
+    r->backoff_ms = r->backoff_ms * 2 > SF_REG_BACKOFF_MAX_MS ? SF_REG_BACKOFF_MAX_MS
+                                                              : r->backoff_ms * 2;
+}
+
+/* The state machine: takes one event (lock held) and moves the state. reason is the
+ * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. */
+static void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
+{
+    int64_t now = sf_registry_boot_ms();
+    if (r->state == SF_REG_STOPPING)
+        return;
+    switch (ev) {
+    case SF_REG_EV_STOP:
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue_fenced(r, "the registry is stopping", true);
+        sf_reg_move(r, SF_REG_STOPPING, NULL);
+        break;
+    case SF_REG_EV_CONNECTED:
+        r->connected = true;
+        r->disconnected_since = 0;
+        if (r->state == SF_REG_CONNECTING)
+            sf_reg_move(r, SF_REG_CLAIMING, NULL);
+        break;
+    case SF_REG_EV_DISCONNECTED:
+        if (r->connected || r->disconnected_since == 0)
+            r->disconnected_since = now;
+        r->connected = false;
+        break;
+    case SF_REG_EV_EXPIRED:
+        if (r->connected || r->disconnected_since == 0)
+            r->disconnected_since = now;
+        r->connected = false;
+        r->expired = true;
+        if (r->state == SF_REG_SERVING)
+            sf_reg_fence(r, "the ZooKeeper session expired; another node may hold our worker id");
+        break;
+    case SF_REG_EV_CLAIMED:
+        if (r->state == SF_REG_CLAIMING)
+            sf_reg_move(r, SF_REG_WAITING_FLOOR, NULL);
+        break;
+    case SF_REG_EV_RENEWED: {
+        bool was_serving = r->state == SF_REG_SERVING;
+        r->lease_failing = false;
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_WAITING_FLOOR)
+            break;
+        sf_reg_report rep = {.is_lease = true, .until = r->lease_until};
+        sf_reg_queue(r, &rep);
+        if (!was_serving) {
+            sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
+            r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
+            r->reason[0] = '\0';
+            sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
+                                .floor_ms = r->floor_ms, .until = r->lease_until};
+            snprintf(on.reason, sizeof on.reason, "%s",
+                     r->serve_reason ? r->serve_reason : "worker id claimed");
+            sf_reg_queue(r, &on);
+        }
+        break;
+    }
+    case SF_REG_EV_RENEW_FAILED:
+        if (r->state == SF_REG_SERVING) {
+            if (!r->lease_failing)
+                sf_reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64 ": %s; "
+                           "ids stop when the lease runs out", r->held_id, reason);
+            r->lease_failing = true;
+        } else if (r->state == SF_REG_WAITING_FLOOR) {
+            sf_reg_fence(r, reason);
+        }
+        break;
+    case SF_REG_EV_NODE_LOST:
+        if (r->state == SF_REG_SERVING || r->state == SF_REG_WAITING_FLOOR)
+            sf_reg_fence(r, "our worker node in ZooKeeper is gone or held by another session; "
+                            "another node may hold our worker id");
+        r->held_id = r->state == SF_REG_FENCED ? -1 : r->held_id;
+        break;
+    case SF_REG_EV_FAILED:
+        /* Already fenced: the event that fenced us has the more precise reason. */
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED)
+            sf_reg_fence(r, reason);
+        break;
+    case SF_REG_EV_TIMER:
+        if (r->state == SF_REG_SERVING) {
+            if (!r->connected && now - r->disconnected_since >= sf_registry_grace_ms(r->negotiated_ms))
+                sf_reg_fence(r, "disconnected from ZooKeeper too long; the session may have "
+                                "expired and another node may hold our worker id");
+            else if (r->lease_until > 0 && now >= r->lease_until)
+                sf_reg_fence(r, "the lease ran out: ZooKeeper's leader confirmed no renewal in "
+                                "time; another node may hold our worker id");
+        } else if (r->state == SF_REG_FENCED && now >= r->retry_at) {
+            if (r->expired || !r->zh)
+                sf_reg_move(r, SF_REG_CONNECTING, "opening a new ZooKeeper session");
+            else if (r->connected)
+                sf_reg_move(r, SF_REG_CLAIMING, "claiming a worker id again");
+        }
+        break;
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Makes the queued calls of on_state and on_lease, in order, outside the lock. Only the
+ * thread that owns the reports calls it (the caller of watch, then the registry's thread). */
+static void sf_reg_deliver(sf_registry *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        if (r->report_count == 0) {
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        sf_reg_report rep = r->reports[r->report_head];
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+        pthread_mutex_unlock(&r->mu);
+        if (rep.is_lease) {
+            if (r->o.on_lease)
+                r->o.on_lease(r->o.lease_ctx, rep.until);
+        } else if (r->o.on_state) {
+            r->o.on_state(r->o.state_ctx, rep.serving, rep.worker_id, rep.floor_ms, rep.until,
+                          rep.reason);
+        }
+    }
+}
+
+/* The session watcher: turns connection changes into events; never calls into ZooKeeper.
+ * Events of a handle already replaced are ignored; other watches (the lock's) wake waiters. */
+static void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
     (void)path;
     sf_registry *r = ctx;
     pthread_mutex_lock(&r->mu);
-    if (type == ZOO_SESSION_EVENT) {
-        if (state == ZOO_CONNECTED_STATE) {
-            r->connected = true;
-            r->disconnected_since = 0;
-        } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
-            r->expired = true;
-            if (r->connected || r->disconnected_since == 0)
-                r->disconnected_since = mono_ms();
-            r->connected = false;
-        } else if (r->connected) {
-            r->connected = false;
-            r->disconnected_since = mono_ms();
-        }
+    if (type == ZOO_SESSION_EVENT && zh == r->zh) {
+        if (state == ZOO_CONNECTED_STATE)
+            sf_reg_step(r, SF_REG_EV_CONNECTED, NULL);
+        else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
+            sf_reg_step(r, SF_REG_EV_EXPIRED, NULL);
+        else
+            sf_reg_step(r, SF_REG_EV_DISCONNECTED, NULL);
     }
     r->events++;
     pthread_cond_broadcast(&r->cv);
@@ -157,7 +400,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
 }
 
 /* Completion of zoo_add_auth: hands the result to the waiting thread. */
-static void auth_done(int rc, const void *data)
+static void sf_reg_auth_done(int rc, const void *data)
 {
     sf_registry *r = (sf_registry *)data;
     pthread_mutex_lock(&r->mu);
@@ -166,69 +409,84 @@ static void auth_done(int rc, const void *data)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Opens a new session and waits for it (a session exists only once CONNECTED is seen),
- * then adds the digest credential if one is configured. */
-static int connect_session(sf_registry *r, char *err, size_t errlen)
+/* Replaces the session's handle with a new one that starts connecting (the old one, if any,
+ * is closed: its session is gone). Does not wait. */
+static int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
 {
     pthread_mutex_lock(&r->mu);
+    zhandle_t *old = r->zh;
+    r->zh = NULL;
     r->connected = false;
     r->expired = false;
-    r->disconnected_since = 0;
     pthread_mutex_unlock(&r->mu);
-
-    r->zh = zookeeper_init(r->hosts, session_watcher, r->o.session_timeout_ms, NULL, r, 0);
-    if (!r->zh) {
-        set_err(err, errlen, "cannot start a ZooKeeper session with '%s' (zookeeper.hosts): %s",
-                r->hosts, strerror(errno));
-        return -1;
-    }
-    int64_t wait_ms = r->o.session_timeout_ms > 5000 ? r->o.session_timeout_ms : 5000;
-    struct timespec until = deadline_in(wait_ms);
+    if (old)
+        zookeeper_close(old);
+    /* The watcher may run before zookeeper_init returns: it must find the new handle. */
     pthread_mutex_lock(&r->mu);
-    while (!r->connected && !r->expired && !r->stop) {
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT)
-            break;
-    }
-    bool ok = r->connected;
+    errno = 0;
+    r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);
+    bool ok = r->zh != NULL;
     pthread_mutex_unlock(&r->mu);
     if (!ok) {
-        set_err(err, errlen,
-                "no ZooKeeper server at '%s' (zookeeper.hosts) answered within %" PRId64 " ms",
-                r->hosts, wait_ms);
-        zookeeper_close(r->zh);
-        r->zh = NULL;
+        sf_reg_set_err(err, errlen,
+                       "cannot start a ZooKeeper session with '%s' (zookeeper.hosts, a "
+                       "comma-separated list of host:port): %s",
+                       r->hosts, errno ? strerror(errno) : "refused by the client library");
         return -1;
     }
-    r->negotiated_ms = zoo_recv_timeout(r->zh);
+    return 0;
+}
 
-    if (r->auth) {
+/* Waits for the session to come up (and for the credential, if any). Cancellable. */
+static int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
+{
+    int64_t wait_ms = r->o.session_timeout_ms > SF_REG_CONNECT_MIN_MS ? r->o.session_timeout_ms
+                                                                      : SF_REG_CONNECT_MIN_MS;
+    int64_t end = sf_registry_boot_ms() + wait_ms;
+    pthread_mutex_lock(&r->mu);
+    while (!r->connected && !r->expired && !r->stop && sf_registry_boot_ms() < end)
+        sf_reg_wait_locked(r, end - sf_registry_boot_ms());
+    bool ok = r->connected, stop = r->stop, expired = r->expired;
+    zhandle_t *zh = r->zh;
+    pthread_mutex_unlock(&r->mu);
+    if (stop) {
+        sf_reg_set_err(err, errlen, "stopped while connecting to ZooKeeper at '%s'", r->hosts);
+        return -1;
+    }
+    if (!ok) {
+        sf_reg_set_err(err, errlen, expired
+                           ? "ZooKeeper at '%s' (zookeeper.hosts) ended the new session at once "
+                             "(a refused credential in zookeeper.auth?)"
+                           : "no ZooKeeper server at '%s' (zookeeper.hosts) answered within %" PRId64
+                             " ms; check that it runs and that this host can reach it",
+                       r->hosts, wait_ms);
+        return -1;
+    }
+    r->negotiated_ms = zoo_recv_timeout(zh);
+    if (!r->auth)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    r->auth_rc = 1;
+    pthread_mutex_unlock(&r->mu);
+    int rc = zoo_add_auth(zh, "digest", r->auth, (int)strlen(r->auth), sf_reg_auth_done, r);
+    if (rc == ZOK) {
+        end = sf_registry_boot_ms() + wait_ms;
         pthread_mutex_lock(&r->mu);
-        r->auth_rc = 1;
+        while (r->auth_rc == 1 && !r->stop && sf_registry_boot_ms() < end)
+            sf_reg_wait_locked(r, end - sf_registry_boot_ms());
+        rc = r->stop ? ZCLOSING : r->auth_rc == 1 ? ZOPERATIONTIMEOUT : r->auth_rc;
         pthread_mutex_unlock(&r->mu);
-        int rc = zoo_add_auth(r->zh, "digest", r->auth, (int)strlen(r->auth), auth_done, r);
-        if (rc == ZOK) {
-            until = deadline_in(wait_ms);
-            pthread_mutex_lock(&r->mu);
-            while (r->auth_rc == 1) {
-                if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT)
-                    break;
-            }
-            rc = r->auth_rc == 1 ? ZOPERATIONTIMEOUT : r->auth_rc;
-            pthread_mutex_unlock(&r->mu);
-        }
-        if (rc != ZOK) {
-            set_err(err, errlen, "ZooKeeper refused the credential in zookeeper.auth: %s",
-                    zerror(rc));
-            zookeeper_close(r->zh);
-            r->zh = NULL;
-            return -1;
-        }
+    }
+    if (rc != ZOK) {
+        sf_reg_set_err(err, errlen, "ZooKeeper at '%s' refused the credential in zookeeper.auth "
+                       "(user:password): %s", r->hosts, zerror(rc));
+        return -1;
     }
     return 0;
 }
 
 /* The session id of the current handle, to recognise our own ephemeral nodes. */
-static int64_t session_id(sf_registry *r)
+static int64_t sf_reg_session_id(sf_registry *r)
 {
     const clientid_t *cid = zoo_client_id(r->zh);
     return cid ? cid->client_id : 0;
@@ -236,7 +494,7 @@ static int64_t session_id(sf_registry *r)
 
 /* The ACL for every node we create: with a credential, only its holders may change
  * them and everyone may read; without, the original's open ACL. */
-static struct ACL_vector *node_acl(sf_registry *r)
+static struct ACL_vector *sf_reg_acl(sf_registry *r)
 {
     if (!r->auth)
         return &ZOO_OPEN_ACL_UNSAFE;
@@ -251,20 +509,31 @@ static struct ACL_vector *node_acl(sf_registry *r)
     return &r->acl_vec;
 }
 
-/* Creates path and its parents as persistent nodes; an existing node is fine. */
-static int ensure_path(sf_registry *r, const char *path, char *err, size_t errlen)
+/* The paths of id's worker node and state node. */
+static void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen)
 {
-    char buf[PATH_MAX_LEN];
+    snprintf(out, outlen, "%s/%" PRId64, r->worker_id_path, id);
+}
+
+static void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%" PRId64, r->state_path, id);
+}
+
+/* Creates path and its parents as persistent nodes; an existing node is fine. */
+static int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen)
+{
+    char buf[SF_REG_PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1;; p++) {
         if (*p != '/' && *p != '\0')
             continue;
         char saved = *p;
         *p = '\0';
-        int rc = zoo_create(r->zh, buf, NULL, -1, node_acl(r), 0, NULL, 0);
+        int rc = zoo_create(r->zh, buf, NULL, -1, sf_reg_acl(r), 0, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
-            set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf, zerror(rc),
-                    rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            sf_reg_set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf,
+                           zerror(rc), rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
             return -1;
         }
         *p = saved;
@@ -274,187 +543,84 @@ static int ensure_path(sf_registry *r, const char *path, char *err, size_t errle
 }
 
 /* Reads a node's data as a string. Returns a ZooKeeper code. */
-static int get_string(sf_registry *r, const char *path, char *out, size_t outlen,
-                      struct Stat *stat)
+static int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
+                             struct Stat *stat)
 {
     int len = (int)outlen - 1;
     int rc = zoo_get(r->zh, path, 0, out, &len, stat);
-    if (rc == ZOK)
-        out[len < 0 ? 0 : len] = '\0';
-    else
-        out[0] = '\0';
+    out[rc == ZOK && len > 0 ? len : 0] = '\0';
     return rc;
 }
 
-/* Parses a child name as a worker id 0..31; false for anything else. */
-static bool parse_worker_id(const char *name, int64_t *id)
+bool sf_registry_parse_worker_id(const char *name, int64_t *id)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(name, &end, 10);
-    if (errno || end == name || *end || v < 0 || v > SF_MAX_WORKER_ID)
+    size_t n = strlen(name);
+    if (n == 0 || n > 2 || (n == 2 && name[0] == '0'))
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        v = v * 10 + (name[i] - '0');
+    }
+    if (v > SF_MAX_WORKER_ID)
         return false;
     *id = v;
     return true;
 }
 
-/* True when worker_id_path/other exists and holds host_port: the peer at
- * host_port really holds that other id. */
-static bool holds_other_node(sf_registry *r, const char *host_port, int64_t other)
-{
-    char path[PATH_MAX_LEN], data[DATA_MAX_LEN];
-    if (other < 0 || other > SF_MAX_WORKER_ID)
-        return false;
-    snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, other);
-    return get_string(r, path, data, sizeof data, NULL) == ZOK && strcmp(data, host_port) == 0;
-}
-
-/* The original's sanity checks: every peer must report the id it holds and our
- * datacenter, and the peers' mean clock must be near ours. */
-static int check_peers(sf_registry *r, char *err, size_t errlen)
-{
-    if (r->o.skip_sanity_checks) {
-        reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
-        return 0;
-    }
-    if (!r->o.query_peer) {
-        set_err(err, errlen, "no way to query peers was given for the sanity checks");
-        return -1;
-    }
-    struct String_vector kids = {0, NULL};
-    int rc = zoo_get_children(r->zh, r->worker_id_path, 0, &kids);
-    if (rc != ZOK) {
-        set_err(err, errlen, "cannot list %s: %s", r->worker_id_path, zerror(rc));
-        return -1;
-    }
-    int result = 0;
-    int64_t sum = 0, count = 0;
-    for (int i = 0; i < kids.count && result == 0; i++) {
-        int64_t id;
-        char path[PATH_MAX_LEN], peer[DATA_MAX_LEN], perr[SF_REGISTRY_ERR_MAX];
-        if (!parse_worker_id(kids.data[i], &id)) {
-            reg_log(r, "warning", "ignoring %s/%s: not a worker id 0..31", r->worker_id_path,
-                    kids.data[i]);
-            continue;
-        }
-        snprintf(path, sizeof path, "%s/%s", r->worker_id_path, kids.data[i]);
-        if (get_string(r, path, peer, sizeof peer, NULL) != ZOK)
-            continue; /* gone meanwhile */
-        if (r->host_port && strcmp(peer, r->host_port) == 0)
-            continue;
-        int64_t pw = -1, pd = -1, pt = 0;
-        reg_log(r, "info", "checking peer %s (worker id %" PRId64 ")", peer, id);
-        int qrc = r->o.query_peer(r->o.peer_ctx, peer, &pw, &pd, &pt, perr, sizeof perr);
-        /* A peer that has just created its node may not have taken the id yet. */
-        for (int wait = 0; qrc == 0 && pw == -1 && wait < PEER_STARTING_TRIES; wait++) {
-            sleep_ms(PEER_STARTING_WAIT_MS);
-            qrc = r->o.query_peer(r->o.peer_ctx, peer, &pw, &pd, &pt, perr, sizeof perr);
-        }
-        if (qrc != 0) {
-            if (r->o.skip_unreachable_peers) {
-                reg_log(r, "warning", "peer %s (worker id %" PRId64 ") is unreachable, skipped: %s",
-                        peer, id, perr);
-                continue;
-            }
-            set_err(err, errlen,
-                    "peer %s holding worker id %" PRId64 " under %s is unreachable: %s; start it, "
-                    "release its stale node (snowflake-zk release %" PRId64 "), or set "
-                    "skip_unreachable_peers = true",
-                    peer, id, r->worker_id_path, perr, id);
-            result = -1;
-        } else if (pw != id && holds_other_node(r, peer, pw)) {
-            /* A process restarted at the same address took another id while
-             * the node of its previous session waits to expire. */
-            if (r->o.skip_unreachable_peers) {
-                reg_log(r, "warning", "%s is stale, skipped: %s now holds worker id %" PRId64
-                        " (a restarted node; the old session has not expired yet)",
-                        path, peer, pw);
-                continue;
-            }
-            set_err(err, errlen,
-                    "%s is stale: %s now holds worker id %" PRId64 " under its own node; it "
-                    "disappears when its session expires, or release it (snowflake-zk release %"
-                    PRId64 "), or set skip_unreachable_peers = true",
-                    path, peer, pw, id);
-            result = -1;
-        } else if (pw != id) {
-            set_err(err, errlen,
-                    "worker id insanity: %s holds %s in ZooKeeper but says its worker id is %" PRId64,
-                    peer, path, pw);
-            result = -1;
-        } else if (pd != r->o.datacenter_id) {
-            set_err(err, errlen,
-                    "datacenter id insanity: %s under %s has datacenter id %" PRId64
-                    ", ours is %" PRId64 " (each datacenter needs its own worker_id_path)",
-                    peer, r->worker_id_path, pd, r->o.datacenter_id);
-            result = -1;
-        } else {
-            sum += pt;
-            count++;
-        }
-    }
-    deallocate_String_vector(&kids);
-    if (result == 0 && count > 0) {
-        int64_t mean = sum / count, now = sf_clock_now_ms();
-        int64_t diff = now > mean ? now - mean : mean - now;
-        if (diff > r->o.max_clock_skew_ms) {
-            set_err(err, errlen,
-                    "timestamp sanity check failed: the mean of %" PRId64 " peers' clocks is %" PRId64
-                    " ms, ours is %" PRId64 " ms, %" PRId64 " ms apart (at most %" PRId64 " allowed)",
-                    count, mean, now, diff, r->o.max_clock_skew_ms);
-            result = -1;
-        }
-    }
-    return result;
-}
-
 /* Tries once to create worker_id_path/id holding our host:port. Returns 1 when we hold it
  * (also when an ambiguous earlier attempt already made it ours), 0 when another session
  * holds it (holder filled), -1 on a ZooKeeper error (err filled). */
-static int try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
-                             char *err, size_t errlen)
+static int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
+                                    char *err, size_t errlen)
 {
-    char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, id);
+    char path[SF_REG_PATH_MAX];
+    sf_reg_worker_path(r, id, path, sizeof path);
     const char *data = r->host_port ? r->host_port : "";
-    int rc = zoo_create(r->zh, path, data, (int)strlen(data), node_acl(r), ZOO_EPHEMERAL, NULL, 0);
-    if (rc == ZOK)
+    int rc = zoo_create(r->zh, path, data, (int)strlen(data), sf_reg_acl(r), ZOO_EPHEMERAL, NULL, 0);
+    if (rc == ZOK) {
+        r->worker_version = 0;
         return 1;
+    }
     if (rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT) {
-        set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
-                rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+        sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
+                       rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
         return -1;
     }
     /* Exists, or unknown after a lost connection: whose is it? */
     struct Stat st;
-    int grc = get_string(r, path, holder, holderlen, &st);
-    if (grc == ZOK && st.ephemeralOwner == session_id(r))
+    int grc = sf_reg_get_string(r, path, holder, holderlen, &st);
+    if (grc == ZOK && st.ephemeralOwner == sf_reg_session_id(r)) {
+        r->worker_version = st.version;
         return 1;
+    }
     if (grc == ZOK)
         return 0;
     if (grc == ZNONODE && rc == ZNODEEXISTS) {
         snprintf(holder, holderlen, "(a node that has just gone)");
         return 0;
     }
-    set_err(err, errlen, "cannot create %s: %s", path, zerror(rc));
+    sf_reg_set_err(err, errlen, "cannot create %s: %s", path, zerror(rc));
     return -1;
 }
 
 /* Claims the configured id, retrying while another session holds it (perhaps our own
- * previous one, not yet expired). */
-static int claim_static(sf_registry *r, int64_t *id, char *err, size_t errlen, int retries)
+ * previous one, not yet expired). The waits end at once when cancelled. */
+static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t errlen, int retries)
 {
-    char holder[DATA_MAX_LEN] = "";
+    char holder[SF_REG_DATA_MAX] = "";
     for (int attempt = 0; attempt <= retries; attempt++) {
         if (attempt > 0) {
-            reg_log(r, "warning", "worker id %" PRId64 " is held by %s; retry %d of %d in %d ms",
-                    r->wanted_id, holder, attempt, retries, r->o.claim_retry_wait_ms);
-            if (!wait_unless_stopped(r, r->o.claim_retry_wait_ms)) {
-                set_err(err, errlen, "stopped");
+            sf_reg_log(r, "warning", "worker id %" PRId64 " is held by %s; retry %d of %d in %d ms",
+                       r->wanted_id, holder, attempt, retries, r->o.claim_retry_wait_ms);
+            if (!sf_reg_sleep(r, r->o.claim_retry_wait_ms)) {
+                sf_reg_set_err(err, errlen, "stopped while waiting for worker id %" PRId64
+                               " (held by %s)", r->wanted_id, holder);
                 return -1;
             }
         }
-        int got = try_create_worker(r, r->wanted_id, holder, sizeof holder, err, errlen);
+        int got = sf_reg_try_create_worker(r, r->wanted_id, holder, sizeof holder, err, errlen);
         if (got < 0)
             return -1;
         if (got == 1) {
@@ -462,13 +628,15 @@ static int claim_static(sf_registry *r, int64_t *id, char *err, size_t errlen, i
             return 0;
         }
     }
-    set_err(err, errlen, "worker id %" PRId64 " is already held by %s (%s/%" PRId64 ")",
-            r->wanted_id, holder, r->worker_id_path, r->wanted_id);
+    sf_reg_set_err(err, errlen, "worker id %" PRId64 " is already held by %s (%s/%" PRId64 "); "
+                   "stop that node, release a stale one (snowflake-zk release %" PRId64 "), or "
+                   "configure another worker_id", r->wanted_id, holder, r->worker_id_path,
+                   r->wanted_id, r->wanted_id);
     return -1;
 }
 
 /* Orders lock nodes by their sequence suffix (the part after the last '-'). */
-static int cmp_lock(const void *a, const void *b)
+static int sf_reg_cmp_lock(const void *a, const void *b)
 {
     const char *x = *(char *const *)a, *y = *(char *const *)b;
     const char *sx = strrchr(x, '-'), *sy = strrchr(y, '-');
@@ -476,17 +644,17 @@ static int cmp_lock(const void *a, const void *b)
 }
 
 /* Finds the lock node our session created when the create's answer was lost. */
-static bool find_own_lock(sf_registry *r, char *out, size_t outlen)
+static bool sf_reg_find_own_lock(sf_registry *r, char *out, size_t outlen)
 {
     struct String_vector kids = {0, NULL};
     bool found = false;
     if (zoo_get_children(r->zh, r->lock_path, 0, &kids) != ZOK)
         return false;
     for (int i = 0; i < kids.count && !found; i++) {
-        char path[PATH_MAX_LEN];
+        char path[SF_REG_PATH_MAX];
         struct Stat st;
         snprintf(path, sizeof path, "%s/%s", r->lock_path, kids.data[i]);
-        if (zoo_exists(r->zh, path, 0, &st) == ZOK && st.ephemeralOwner == session_id(r)) {
+        if (zoo_exists(r->zh, path, 0, &st) == ZOK && st.ephemeralOwner == sf_reg_session_id(r)) {
             snprintf(out, outlen, "%s", path);
             found = true;
         }
@@ -495,17 +663,20 @@ static bool find_own_lock(sf_registry *r, char *out, size_t outlen)
     return found;
 }
 
-/* Takes the lock: our sequential node, then wait only for our predecessor to go. */
-static int take_lock(sf_registry *r, char *mine, size_t minelen, char *err, size_t errlen)
+/* Takes the lock: our sequential node, then wait only for our predecessor to go. mine is
+ * filled as soon as our node exists, so the caller can delete it on any failure. */
+static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *err, size_t errlen)
 {
-    char prefix[PATH_MAX_LEN];
+    char prefix[SF_REG_PATH_MAX];
     snprintf(prefix, sizeof prefix, "%s/lock-", r->lock_path);
-    int rc = zoo_create(r->zh, prefix, NULL, -1, node_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
+    int rc = zoo_create(r->zh, prefix, NULL, -1, sf_reg_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
                         (int)minelen);
-    if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) && find_own_lock(r, mine, minelen))
+    if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) && sf_reg_find_own_lock(r, mine, minelen))
         rc = ZOK;
     if (rc != ZOK) {
-        set_err(err, errlen, "cannot create a lock node under %s: %s", r->lock_path, zerror(rc));
+        mine[0] = '\0';
+        sf_reg_set_err(err, errlen, "cannot create a lock node under %s: %s", r->lock_path,
+                       zerror(rc));
         return -1;
     }
     const char *my_name = strrchr(mine, '/') + 1;
@@ -513,59 +684,58 @@ static int take_lock(sf_registry *r, char *mine, size_t minelen, char *err, size
         struct String_vector kids = {0, NULL};
         rc = zoo_get_children(r->zh, r->lock_path, 0, &kids);
         if (rc != ZOK) {
-            set_err(err, errlen, "cannot list %s: %s", r->lock_path, zerror(rc));
+            sf_reg_set_err(err, errlen, "cannot list %s: %s", r->lock_path, zerror(rc));
             return -1;
         }
-        qsort(kids.data, (size_t)kids.count, sizeof kids.data[0], cmp_lock);
+        qsort(kids.data, (size_t)kids.count, sizeof kids.data[0], sf_reg_cmp_lock);
         int idx = -1;
         for (int i = 0; i < kids.count; i++)
             if (strcmp(kids.data[i], my_name) == 0)
                 idx = i;
         if (idx < 0) {
             deallocate_String_vector(&kids);
-            set_err(err, errlen, "our lock node %s disappeared (session lost)", mine);
+            sf_reg_set_err(err, errlen, "our lock node %s disappeared (session lost)", mine);
             return -1;
         }
         if (idx == 0) {
             deallocate_String_vector(&kids);
             return 0;
         }
-        char pred[PATH_MAX_LEN];
+        char pred[SF_REG_PATH_MAX];
         snprintf(pred, sizeof pred, "%s/%s", r->lock_path, kids.data[idx - 1]);
         deallocate_String_vector(&kids);
         pthread_mutex_lock(&r->mu);
         uint64_t seen = r->events;
         pthread_mutex_unlock(&r->mu);
-        rc = zoo_wexists(r->zh, pred, session_watcher, r, NULL);
+        rc = zoo_wexists(r->zh, pred, sf_reg_session_watcher, r, NULL);
         if (rc == ZNONODE)
             continue;
         if (rc != ZOK) {
-            set_err(err, errlen, "cannot watch %s: %s", pred, zerror(rc));
+            sf_reg_set_err(err, errlen, "cannot watch %s: %s", pred, zerror(rc));
             return -1;
         }
         pthread_mutex_lock(&r->mu);
-        while (r->events == seen && !r->stop && !r->expired) {
-            struct timespec until = deadline_in(500);
-            pthread_cond_timedwait(&r->cv, &r->mu, &until);
-        }
-        bool give_up = r->stop || r->expired;
+        while (r->events == seen && !r->stop && !r->expired)
+            sf_reg_wait_locked(r, 500);
+        bool stop = r->stop, expired = r->expired;
         pthread_mutex_unlock(&r->mu);
-        if (give_up) {
-            set_err(err, errlen, "stopped while waiting for the lock %s", mine);
+        if (stop || expired) {
+            sf_reg_set_err(err, errlen, "%s while waiting for the lock %s (behind %s)",
+                           stop ? "stopped" : "session expired", mine, pred);
             return -1;
         }
     }
 }
 
 /* Lists every holder "id=host:port" into out, for the message when all ids are taken. */
-static void list_holders(sf_registry *r, char *out, size_t outlen)
+static void sf_reg_list_holders(sf_registry *r, char *out, size_t outlen)
 {
     size_t used = 0;
     out[0] = '\0';
     for (int64_t id = 0; id < SF_REGISTRY_MAX_WORKERS && used < outlen; id++) {
-        char path[PATH_MAX_LEN], data[DATA_MAX_LEN];
-        snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, id);
-        if (get_string(r, path, data, sizeof data, NULL) != ZOK)
+        char path[SF_REG_PATH_MAX], data[SF_REG_DATA_MAX];
+        sf_reg_worker_path(r, id, path, sizeof path);
+        if (sf_reg_get_string(r, path, data, sizeof data, NULL) != ZOK)
             continue;
         int n = snprintf(out + used, outlen - used, "%s%" PRId64 "=%s", used ? ", " : "", id, data);
         if (n < 0)
@@ -575,26 +745,26 @@ static void list_holders(sf_registry *r, char *out, size_t outlen)
 }
 
 /* Under the lock, claims the lowest free id 0..31. */
-static int claim_lowest_free(sf_registry *r, int64_t *id, char *err, size_t errlen)
+static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size_t errlen)
 {
     struct String_vector kids = {0, NULL};
     bool taken[SF_REGISTRY_MAX_WORKERS] = {false};
     int rc = zoo_get_children(r->zh, r->worker_id_path, 0, &kids);
     if (rc != ZOK) {
-        set_err(err, errlen, "cannot list %s: %s", r->worker_id_path, zerror(rc));
+        sf_reg_set_err(err, errlen, "cannot list %s: %s", r->worker_id_path, zerror(rc));
         return -1;
     }
     for (int i = 0; i < kids.count; i++) {
         int64_t k;
-        if (parse_worker_id(kids.data[i], &k))
+        if (sf_registry_parse_worker_id(kids.data[i], &k))
             taken[k] = true;
     }
     deallocate_String_vector(&kids);
     for (int64_t k = 0; k < SF_REGISTRY_MAX_WORKERS; k++) {
-        char holder[DATA_MAX_LEN];
+        char holder[SF_REG_DATA_MAX];
         if (taken[k])
             continue;
-        int got = try_create_worker(r, k, holder, sizeof holder, err, errlen);
+        int got = sf_reg_try_create_worker(r, k, holder, sizeof holder, err, errlen);
         if (got < 0)
             return -1;
         if (got == 1) {
@@ -603,115 +773,300 @@ static int claim_lowest_free(sf_registry *r, int64_t *id, char *err, size_t errl
         }
     }
     char holders[SF_REGISTRY_ERR_MAX - 256];
-    list_holders(r, holders, sizeof holders);
-    set_err(err, errlen, "all %d worker ids under %s are taken: %s", SF_REGISTRY_MAX_WORKERS,
-            r->worker_id_path, holders);
+    sf_reg_list_holders(r, holders, sizeof holders);
+    sf_reg_set_err(err, errlen, "all %d worker ids under %s are taken: %s", SF_REGISTRY_MAX_WORKERS,
+                   r->worker_id_path, holders);
     return -1;
 }
 
-/* Automatic id: lock recipe, lowest free id, unlock. */
-static int claim_auto(sf_registry *r, int64_t *id, char *err, size_t errlen)
+/* Automatic id: lock recipe, lowest free id, unlock. Our lock node never outlives the call. */
+static int sf_reg_claim_auto(sf_registry *r, int64_t *id, char *err, size_t errlen)
 {
-    char mine[PATH_MAX_LEN];
-    if (take_lock(r, mine, sizeof mine, err, errlen) != 0)
-        return -1;
-    int result = claim_lowest_free(r, id, err, errlen);
-    int rc = zoo_delete(r->zh, mine, -1);
-    if (rc != ZOK && rc != ZNONODE)
-        reg_log(r, "warning", "cannot delete the lock node %s: %s (it goes with the session)",
-                mine, zerror(rc));
+    char mine[SF_REG_PATH_MAX] = "";
+    int result = sf_reg_take_lock(r, mine, sizeof mine, err, errlen);
+    if (result == 0)
+        result = sf_reg_claim_lowest_free(r, id, err, errlen);
+    if (mine[0]) {
+        int rc = zoo_delete(r->zh, mine, -1);
+        if (rc != ZOK && rc != ZNONODE)
+            sf_reg_log(r, "warning", "cannot delete the lock node %s: %s (it goes with the session)",
+                       mine, zerror(rc));
+    }
     return result;
 }
 
 /* Deletes our worker node, e.g. when we must not serve after claiming it. */
-static void release_worker(sf_registry *r, int64_t id)
+static void sf_reg_release_worker(sf_registry *r, int64_t id)
 {
-    char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, id);
+    char path[SF_REG_PATH_MAX];
+    sf_reg_worker_path(r, id, path, sizeof path);
     int rc = zoo_delete(r->zh, path, -1);
     if (rc != ZOK && rc != ZNONODE)
-        reg_log(r, "warning", "cannot delete %s: %s", path, zerror(rc));
+        sf_reg_log(r, "warning", "cannot delete %s: %s (it goes when the session closes)", path,
+                   zerror(rc));
 }
 
-/* Reads the last timestamp recorded for id; -1 if none. */
-static int64_t read_floor(sf_registry *r, int64_t id)
+/* Reads the timestamp recorded for id with its version: 0 (value -1 and version -1 when there
+ * is no state node yet), or -1 on a ZooKeeper error (err filled). A value that is no number
+ * is logged and read as -1: the next write replaces it. */
+static int sf_reg_read_state(sf_registry *r, int64_t id, int64_t *value, int32_t *version,
+                             char *err, size_t errlen)
 {
-    char path[PATH_MAX_LEN], data[64];
-    snprintf(path, sizeof path, "%s/%" PRId64, r->state_path, id);
-    if (get_string(r, path, data, sizeof data, NULL) != ZOK)
-        return -1;
-    char *end;
-    long long v = strtoll(data, &end, 10);
-    if (end == data || *end) {
-        reg_log(r, "warning", "%s holds '%s', not a timestamp in ms; ignored", path, data);
+    char path[SF_REG_PATH_MAX], data[64];
+    struct Stat st;
+    sf_reg_state_node(r, id, path, sizeof path);
+    *value = -1;
+    *version = -1;
+    int rc = sf_reg_get_string(r, path, data, sizeof data, &st);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK) {
+        sf_reg_set_err(err, errlen, "cannot read the last timestamp in %s: %s", path, zerror(rc));
         return -1;
     }
-    return v;
+    *version = st.version;
+    char *end;
+    errno = 0;
+    long long v = strtoll(data, &end, 10);
+    if (end == data || *end || errno) {
+        sf_reg_log(r, "warning", "%s holds '%s', not a timestamp in ms; ignored", path, data);
+        return 0;
+    }
+    *value = v;
+    return 0;
+}
+
+/* Makes sure the state node of id exists, so every later write of it can be conditional
+ * on its version; fills the registry's view of it. */
+static int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen)
+{
+    int64_t value;
+    int32_t version;
+    for (int tries = 0; tries < 3; tries++) {
+        if (sf_reg_read_state(r, id, &value, &version, err, errlen) != 0)
+            return -1;
+        if (version >= 0) {
+            pthread_mutex_lock(&r->mu);
+            r->state_value = value;
+            r->state_version = version;
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
+        char path[SF_REG_PATH_MAX];
+        sf_reg_state_node(r, id, path, sizeof path);
+        int rc = zoo_create(r->zh, path, "-1", 2, sf_reg_acl(r), 0, NULL, 0);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
+                           rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            return -1;
+        }
+    }
+    sf_reg_set_err(err, errlen, "the state node for worker id %" PRId64 " under %s keeps "
+                   "vanishing; is another tool deleting it?", id, r->state_path);
+    return -1;
 }
 
 /* Restart safety: waits until our clock is past the recorded timestamp for id, if that is
- * at most max_clock_backward_wait_ms away; otherwise fails. */
-static int wait_for_floor(sf_registry *r, int64_t id, int64_t *floor_ms, char *err, size_t errlen)
+ * at most max_clock_backward_wait_ms away; otherwise fails. Cancellable. */
+static int sf_reg_wait_for_floor(sf_registry *r, int64_t id, int64_t *floor_ms, char *err,
+                                 size_t errlen)
 {
-    int64_t floor = read_floor(r, id);
+    if (sf_reg_load_state(r, id, err, errlen) != 0)
+        return -1;
+    pthread_mutex_lock(&r->mu);
+    int64_t floor = r->state_value;
+    pthread_mutex_unlock(&r->mu);
     *floor_ms = floor;
     int64_t now = sf_clock_now_ms();
     if (floor < now)
         return 0;
     int64_t behind = floor - now + 1;
     if (behind > r->o.max_clock_backward_wait_ms) {
-        set_err(err, errlen,
+        sf_reg_set_err(err, errlen,
                 "our clock is %" PRId64 " ms behind the last timestamp recorded for worker id %"
                 PRId64 " (%s/%" PRId64 " = %" PRId64 "); ids could repeat. Fix the clock, or allow "
                 "waiting with max_clock_backward_wait_ms >= %" PRId64 " (0..60000)",
                 behind, id, r->state_path, id, floor, behind);
         return -1;
     }
-    reg_log(r, "warning", "waiting %" PRId64 " ms for the clock to pass the last timestamp "
-            "recorded for worker id %" PRId64, behind, id);
-    while (sf_clock_now_ms() <= floor) {
-        if (!wait_unless_stopped(r, floor - sf_clock_now_ms() + 1)) {
-            set_err(err, errlen, "stopped");
+    sf_reg_log(r, "warning", "waiting %" PRId64 " ms for the clock to pass the last timestamp "
+               "recorded for worker id %" PRId64, behind, id);
+    while ((now = sf_clock_now_ms()) <= floor) {
+        if (!sf_reg_sleep(r, floor - now + 1)) {
+            sf_reg_set_err(err, errlen, "stopped while waiting for the clock to pass the last "
+                           "timestamp recorded for worker id %" PRId64, id);
             return -1;
         }
     }
     return 0;
 }
 
-/* Writes max(now, last id's timestamp) as the last timestamp of the held id. */
-static void record_timestamp(sf_registry *r, int64_t id)
+/* Completion of a renewal: takes the outcome into the state machine. Runs on the client
+ * library's completion thread; never calls into ZooKeeper. */
+static void sf_reg_renew_done(int rc, const void *data)
 {
-    char path[PATH_MAX_LEN], data[32];
-    int64_t ts = sf_clock_now_ms();
-    if (r->o.last_timestamp) {
-        int64_t last = r->o.last_timestamp(r->o.last_ts_ctx);
-        if (last > ts)
-            ts = last;
+    sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    sf_reg_renewal *w = &r->renewal;
+    w->in_flight = false;
+    w->done = true;
+    w->rc = rc;
+    int64_t session = w->zh == r->zh && r->zh ? sf_reg_session_id(r) : -1;
+    int werr = w->results[0].err, serr = w->results[1].err;
+    char why[128] = "";
+    if (rc == ZOK && w->worker_stat.ephemeralOwner == session) {
+        r->worker_version = w->worker_stat.version;
+        r->state_version = w->state_stat.version;
+        r->state_value = w->value;
+        int64_t until = w->t0 + sf_registry_lease_ms(r->negotiated_ms);
+        if (until > r->lease_until)
+            r->lease_until = until;
+        w->outcome = SF_REG_EV_RENEWED;
+    } else if (rc == ZOK || werr == ZNONODE) {
+        w->outcome = SF_REG_EV_NODE_LOST;
+    } else if (rc == ZSESSIONEXPIRED || rc == ZAUTHFAILED) {
+        w->outcome = SF_REG_EV_EXPIRED;
+    } else if (werr == ZBADVERSION || serr == ZBADVERSION || serr == ZNONODE) {
+        /* Someone else changed a node: read both again and retry at once. */
+        r->resync = true;
+        r->next_renew = 0;
+        w->outcome = SF_REG_EV_RENEW_FAILED;
+        snprintf(why, sizeof why, "another session changed our nodes (%s); checking them",
+                 zerror(rc));
+    } else {
+        r->next_renew = sf_registry_boot_ms() + SF_REG_BACKOFF_MIN_MS;
+        w->outcome = SF_REG_EV_RENEW_FAILED;
+        snprintf(why, sizeof why, "no confirmation from ZooKeeper's leader (%s)", zerror(rc));
     }
-    snprintf(path, sizeof path, "%s/%" PRId64, r->state_path, id);
-    snprintf(data, sizeof data, "%" PRId64, ts);
-    int rc = zoo_set(r->zh, path, data, (int)strlen(data), -1);
-    if (rc == ZNONODE)
-        rc = zoo_create(r->zh, path, data, (int)strlen(data), node_acl(r), 0, NULL, 0);
-    if (rc == ZNODEEXISTS)
-        rc = zoo_set(r->zh, path, data, (int)strlen(data), -1);
+    sf_reg_step(r, w->outcome, why[0] ? why : NULL);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Re-reads our worker node and the state node after a renewal met a changed version.
+ * Returns false when the worker node is not ours any more (NODE_LOST taken). */
+static bool sf_reg_resync(sf_registry *r, int64_t id)
+{
+    char path[SF_REG_PATH_MAX], data[SF_REG_DATA_MAX], err[SF_REGISTRY_ERR_MAX];
+    struct Stat st;
+    sf_reg_worker_path(r, id, path, sizeof path);
+    int rc = sf_reg_get_string(r, path, data, sizeof data, &st);
+    pthread_mutex_lock(&r->mu);
+    bool lost = rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != sf_reg_session_id(r));
+    if (rc == ZOK && !lost)
+        r->worker_version = st.version;
+    if (lost)
+        sf_reg_step(r, SF_REG_EV_NODE_LOST, NULL);
+    pthread_mutex_unlock(&r->mu);
     if (rc != ZOK)
-        reg_log(r, "warning", "cannot record the last timestamp in %s: %s", path, zerror(rc));
+        return !lost;
+    if (sf_reg_load_state(r, id, err, sizeof err) != 0)
+        sf_reg_log(r, "warning", "%s", err);
+    else {
+        pthread_mutex_lock(&r->mu);
+        r->resync = false;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return true;
+}
+
+/* Sends one renewal: the conditional write described in registry.h. t0 is taken before
+ * sending, so the lease never outlasts what ZooKeeper promised. The value recorded is
+ * max(recorded, now, last id's timestamp): never lower than what is there. */
+static void sf_reg_renew_send(sf_registry *r, int64_t id)
+{
+    int64_t last = r->o.last_timestamp ? r->o.last_timestamp(r->o.last_ts_ctx) : -1;
+    char wpath[SF_REG_PATH_MAX], spath[SF_REG_PATH_MAX];
+    sf_reg_worker_path(r, id, wpath, sizeof wpath);
+    sf_reg_state_node(r, id, spath, sizeof spath);
+    const char *wdata = r->host_port ? r->host_port : "";
+    pthread_mutex_lock(&r->mu);
+    sf_reg_renewal *w = &r->renewal;
+    if (w->in_flight || !r->zh) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    int64_t value = sf_clock_now_ms();
+    if (last > value)
+        value = last;
+    if (r->state_value > value)
+        value = r->state_value;
+    w->value = value;
+    snprintf(w->data, sizeof w->data, "%" PRId64, value);
+    memset(&w->worker_stat, 0, sizeof w->worker_stat);
+    memset(&w->state_stat, 0, sizeof w->state_stat);
+    memset(w->results, 0, sizeof w->results);
+    zoo_set_op_init(&w->ops[0], wpath, wdata, (int)strlen(wdata), r->worker_version,
+                    &w->worker_stat);
+    zoo_set_op_init(&w->ops[1], spath, w->data, (int)strlen(w->data), r->state_version,
+                    &w->state_stat);
+    w->in_flight = true;
+    w->done = false;
+    w->seq++;
+    w->zh = r->zh;
+    w->t0 = sf_registry_boot_ms();
+    r->next_renew = w->t0 + (sf_registry_renew_ms(r->negotiated_ms) < r->o.state_interval_ms
+                                 ? sf_registry_renew_ms(r->negotiated_ms)
+                                 : r->o.state_interval_ms);
+    /* Sent under the lock: the completion takes it, so it cannot run before w is complete;
+     * zoo_amulti only queues the request. */
+    int rc = zoo_amulti(r->zh, 2, w->ops, w->results, sf_reg_renew_done, r);
+    if (rc != ZOK) {
+        w->in_flight = false;
+        w->done = true;
+        w->rc = rc;
+        w->outcome = SF_REG_EV_RENEW_FAILED;
+        char why[128];
+        snprintf(why, sizeof why, "the renewal could not be sent (%s)", zerror(rc));
+        r->next_renew = sf_registry_boot_ms() + SF_REG_BACKOFF_MIN_MS;
+        sf_reg_step(r, SF_REG_EV_RENEW_FAILED, why);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Renews once and waits for the outcome (for the first lease before serving; why is the
+ * reason serving begins). Returns true when serving now. */
+static bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why)
+{
+    pthread_mutex_lock(&r->mu);
+    r->serve_reason = why;
+    bool resync = r->resync;
+    pthread_mutex_unlock(&r->mu);
+    if (resync && !sf_reg_resync(r, id))
+        return false;
+    sf_reg_renew_send(r, id);
+    pthread_mutex_lock(&r->mu);
+    while (r->renewal.in_flight && !r->stop)
+        sf_reg_wait_locked(r, 100);
+    bool serving = r->state == SF_REG_SERVING;
+    pthread_mutex_unlock(&r->mu);
+    return serving;
 }
 
 /* One claim of an id (static: a single try unless retries > 0; auto: the lock recipe),
- * followed by the restart-safety wait. */
-static int claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms, char *err,
-                      size_t errlen)
+ * followed by the restart-safety wait. A node created for a claim that then fails is
+ * deleted, so a failed or cancelled claim leaves nothing behind. */
+static int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,
+                             char *err, size_t errlen)
 {
-    int rc = r->wanted_id >= 0 ? claim_static(r, id, err, errlen, retries)
-                               : claim_auto(r, id, err, errlen);
+    int rc = r->wanted_id >= 0 ? sf_reg_claim_static(r, id, err, errlen, retries)
+                               : sf_reg_claim_auto(r, id, err, errlen);
     if (rc != 0)
         return -1;
-    if (wait_for_floor(r, *id, floor_ms, err, errlen) != 0) {
-        release_worker(r, *id);
+    pthread_mutex_lock(&r->mu);
+    r->held_id = *id;
+    sf_reg_step(r, SF_REG_EV_CLAIMED, NULL);
+    pthread_mutex_unlock(&r->mu);
+    if (sf_reg_wait_for_floor(r, *id, floor_ms, err, errlen) != 0) {
+        sf_reg_release_worker(r, *id);
+        pthread_mutex_lock(&r->mu);
+        r->held_id = -1;
+        pthread_mutex_unlock(&r->mu);
         return -1;
     }
+    pthread_mutex_lock(&r->mu);
+    r->floor_ms = *floor_ms;
+    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
@@ -734,7 +1089,7 @@ void sf_registry_options_init(sf_registry_options *opts)
 }
 
 /* Duplicates a string, or makes "<path><suffix>" when s is NULL. */
-static char *dup_or_derive(const char *s, const char *path, const char *suffix)
+static char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
 {
     if (s)
         return strdup(s);
@@ -746,38 +1101,38 @@ static char *dup_or_derive(const char *s, const char *path, const char *suffix)
 }
 
 /* Checks that a ZooKeeper path is absolute and has no trailing or double slash. */
-static bool valid_path(const char *p)
+static bool sf_reg_valid_path(const char *p)
 {
     size_t n = strlen(p);
-    return n > 1 && n < PATH_MAX_LEN / 2 && p[0] == '/' && p[n - 1] != '/' && !strstr(p, "//");
+    return n > 1 && n < SF_REG_PATH_MAX / 2 && p[0] == '/' && p[n - 1] != '/' && !strstr(p, "//");
 }
 
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen)
 {
     if (!opts->hosts || !*opts->hosts) {
-        set_err(err, errlen, "zookeeper.hosts is empty: name at least one host:port");
+        sf_reg_set_err(err, errlen, "zookeeper.hosts is empty: name at least one host:port");
         return NULL;
     }
-    if (!opts->worker_id_path || !valid_path(opts->worker_id_path) ||
-        (opts->lock_path && !valid_path(opts->lock_path)) ||
-        (opts->state_path && !valid_path(opts->state_path))) {
-        set_err(err, errlen, "worker_id_path '%s' must be an absolute ZooKeeper path like "
-                "/snowflake-servers, without a trailing slash",
-                opts->worker_id_path ? opts->worker_id_path : "");
+    if (!opts->worker_id_path || !sf_reg_valid_path(opts->worker_id_path) ||
+        (opts->lock_path && !sf_reg_valid_path(opts->lock_path)) ||
+        (opts->state_path && !sf_reg_valid_path(opts->state_path))) {
+        sf_reg_set_err(err, errlen, "worker_id_path '%s' must be an absolute ZooKeeper path like "
+                       "/snowflake-servers, without a trailing slash",
+                       opts->worker_id_path ? opts->worker_id_path : "");
         return NULL;
     }
     if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID) {
-        set_err(err, errlen, "worker_id %" PRId64 " is out of range (0..31, or auto)",
-                opts->worker_id);
+        sf_reg_set_err(err, errlen, "worker_id %" PRId64 " is out of range (0..31, or auto)",
+                       opts->worker_id);
         return NULL;
     }
-    if (opts->auth && !strchr(opts->auth, ':')) {
-        set_err(err, errlen, "zookeeper.auth must be user:password");
+    if (opts->auth && *opts->auth && !strchr(opts->auth, ':')) {
+        sf_reg_set_err(err, errlen, "zookeeper.auth must be user:password");
         return NULL;
     }
     sf_registry *r = calloc(1, sizeof *r);
     if (!r) {
-        set_err(err, errlen, "out of memory");
+        sf_reg_set_err(err, errlen, "out of memory");
         return NULL;
     }
     r->o = *opts;
@@ -787,12 +1142,18 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
         r->o.state_interval_ms = 2000;
     r->hosts = strdup(opts->hosts);
     r->worker_id_path = strdup(opts->worker_id_path);
-    r->lock_path = dup_or_derive(opts->lock_path, opts->worker_id_path, "-locks");
-    r->state_path = dup_or_derive(opts->state_path, opts->worker_id_path, "-state");
+    r->lock_path = sf_reg_dup_or_derive(opts->lock_path, opts->worker_id_path, "-locks");
+    r->state_path = sf_reg_dup_or_derive(opts->state_path, opts->worker_id_path, "-state");
     r->host_port = opts->host_port ? strdup(opts->host_port) : NULL;
     r->auth = opts->auth && *opts->auth ? strdup(opts->auth) : NULL;
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
+    r->floor_ms = -1;
+    r->state_version = -1;
+    r->state_value = -1;
+    r->negotiated_ms = opts->session_timeout_ms;
+    r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
+    r->state = SF_REG_CONNECTING;
     pthread_mutex_init(&r->mu, NULL);
     pthread_condattr_t cattr;
     pthread_condattr_init(&cattr);
@@ -801,244 +1162,190 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     pthread_condattr_destroy(&cattr);
     if (!r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
-        set_err(err, errlen, "out of memory");
+        sf_reg_set_err(err, errlen, "out of memory");
         sf_registry_close(r);
         return NULL;
     }
-    if (connect_session(r, err, errlen) != 0) {
+    if (sf_reg_open_session(r, err, errlen) != 0) {
         sf_registry_close(r);
         return NULL;
     }
-    reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
-            (uint64_t)session_id(r), r->hosts, r->negotiated_ms);
     return r;
 }
 
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen)
 {
-    if (ensure_path(r, r->worker_id_path, err, errlen) != 0 ||
-        ensure_path(r, r->lock_path, err, errlen) != 0 ||
-        ensure_path(r, r->state_path, err, errlen) != 0)
+    if (sf_reg_wait_session(r, err, errlen) != 0)
         return -1;
-    if (check_peers(r, err, errlen) != 0)
+    sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
+               (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
+    if (sf_reg_ensure_path(r, r->worker_id_path, err, errlen) != 0 ||
+        sf_reg_ensure_path(r, r->lock_path, err, errlen) != 0 ||
+        sf_reg_ensure_path(r, r->state_path, err, errlen) != 0)
         return -1;
+    if (r->o.skip_sanity_checks) {
+        sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
+    } else {
+        sf_registry_peers peers = {
+            .zh = r->zh, .worker_id_path = r->worker_id_path, .host_port = r->host_port,
+            .datacenter_id = r->o.datacenter_id,
+            .skip_unreachable_peers = r->o.skip_unreachable_peers,
+            .max_clock_skew_ms = r->o.max_clock_skew_ms, .query_peer = r->o.query_peer,
+            .peer_ctx = r->o.peer_ctx, .log = r->o.log, .log_ctx = r->o.log_ctx,
+            .cancelled = sf_reg_cancelled, .cancel_ctx = r};
+        if (sf_registry_peers_check(&peers, err, errlen) != 0)
+            return -1;
+    }
     int64_t id = -1, floor = -1;
-    if (claim_once(r, r->o.claim_retries, &id, &floor, err, errlen) != 0)
+    if (sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen) != 0)
         return -1;
-    pthread_mutex_lock(&r->mu);
-    r->held_id = id;
-    pthread_mutex_unlock(&r->mu);
-    reg_log(r, "info", "claimed worker id %" PRId64 " (%s/%" PRId64 " = %s)", id,
-            r->worker_id_path, id, r->host_port ? r->host_port : "");
+    if (sf_reg_stopped(r)) {
+        sf_reg_release_worker(r, id);
+        sf_reg_set_err(err, errlen, "stopped right after claiming worker id %" PRId64
+                       " (released)", id);
+        return -1;
+    }
+    sf_reg_log(r, "info", "claimed worker id %" PRId64 " (%s/%" PRId64 " = %s)", id,
+               r->worker_id_path, id, r->host_port ? r->host_port : "");
     *worker_id = id;
     *floor_ms = floor;
     return 0;
 }
 
-/* Calls on_state outside the lock; without one, logs the transition itself
- * (with one, the caller logs it, once). */
-static void report(sf_registry *r, bool serving, int64_t id, int64_t floor, const char *reason)
-{
-    if (r->o.on_state)
-        r->o.on_state(r->o.state_ctx, serving, id, floor, serving ? r->lease_until : 0, reason);
-    else if (serving)
-        reg_log(r, "info", "serving as worker id %" PRId64, id);
-    else
-        reg_log(r, "error", "not serving: %s", reason);
-}
-
-/* Asks ZooKeeper whether worker_id_path/id exists and belongs to our current session:
- * 1 = yes, 0 = no answer (connection lost, timeout), -1 = ZooKeeper says it is not ours. */
-static int check_own(sf_registry *r, int64_t id)
-{
-    char path[PATH_MAX_LEN];
-    struct Stat st;
-    snprintf(path, sizeof path, "%s/%" PRId64, r->worker_id_path, id);
-    int rc = zoo_exists(r->zh, path, 0, &st);
-    if (rc == ZOK)
-        return st.ephemeralOwner == session_id(r) ? 1 : -1;
-    return rc == ZNONODE ? -1 : 0;
-}
-
-/* True if worker_id_path/id exists and belongs to our current session. */
-static bool still_own(sf_registry *r, int64_t id)
-{
-    return check_own(r, id) == 1;
-}
-
-/* The lease's length and renewal period: a session is alive for at least the negotiated
- * timeout after a round trip was sent; 2/3 of it leaves a margin for clock-rate
- * differences and for the next holder's claim, and renewing every 1/6 keeps the lease
- * valid through a few slow or failed round trips in a row. */
-static int64_t lease_length_ms(sf_registry *r)
-{
-    return (int64_t)r->negotiated_ms * 2 / 3;
-}
-
-static int64_t lease_period_ms(sf_registry *r)
-{
-    int64_t period = r->negotiated_ms / 6;
-    return period > 0 ? period : 1;
-}
-
-/* Renews the lease by evidence that the session is alive: a synchronous round trip that
- * finds our worker node owned by our session. t0 is taken before the request goes out,
- * so the lease never outlasts what ZooKeeper promised. On success reports the lease
- * through on_lease and returns 1; a failed round trip renews nothing and returns 0, or
- * -1 when ZooKeeper answered that the node is gone or another session's. */
-static int renew_lease(sf_registry *r, int64_t id)
-{
-    int64_t t0 = mono_ms(), boot0 = sf_registry_boot_ms();
-    int own = check_own(r, id);
-    if (own != 1)
-        return own;
-    r->lease_until = boot0 + lease_length_ms(r);
-    if (r->o.on_lease)
-        r->o.on_lease(r->o.lease_ctx, r->lease_until);
-    pthread_mutex_lock(&r->mu);
-    r->next_lease_renew = t0 + lease_period_ms(r);
-    pthread_mutex_unlock(&r->mu);
-    return 1;
-}
-
-/* While not serving: re-opens an expired session and claims an id again. Returns true
- * once serving again. */
-static bool try_reclaim(sf_registry *r)
+/* While FENCED or CONNECTING/CLAIMING in the thread: does what the state asks, one step.
+ * Failures become FAILED events, whose reason is the current one reported. */
+static void sf_reg_recover(sf_registry *r, sf_reg_state state)
 {
     char err[SF_REGISTRY_ERR_MAX];
-    pthread_mutex_lock(&r->mu);
-    bool expired = r->expired, connected = r->connected;
-    pthread_mutex_unlock(&r->mu);
-    if (expired) {
-        reg_log(r, "warning", "ZooKeeper session expired; opening a new one");
-        zookeeper_close(r->zh);
-        r->zh = NULL;
-        if (connect_session(r, err, sizeof err) != 0) {
-            reg_log(r, "error", "%s", err);
-            return false;
+    if (state == SF_REG_CONNECTING) {
+        if (sf_reg_open_session(r, err, sizeof err) != 0 ||
+            sf_reg_wait_session(r, err, sizeof err) != 0) {
+            pthread_mutex_lock(&r->mu);
+            sf_reg_step(r, SF_REG_EV_FAILED, err);
+            pthread_mutex_unlock(&r->mu);
+            return;
         }
-        connected = true;
+        sf_reg_log(r, "info", "new ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
+                   (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
+        return; /* CONNECTED moved us to CLAIMING */
     }
-    if (!connected)
-        return false;
-    int64_t id = -1, floor = -1;
+    /* CLAIMING: keep the id if our node survived (the session did), else claim anew. */
     pthread_mutex_lock(&r->mu);
     int64_t last = r->held_id;
     pthread_mutex_unlock(&r->mu);
-    if (last >= 0 && still_own(r, last)) {
-        id = last; /* the session survived: our node is still there */
-        floor = read_floor(r, id);
-    } else if (claim_once(r, 0, &id, &floor, err, sizeof err) != 0) {
-        reg_log(r, "warning", "claiming a worker id again failed, will retry: %s", err);
-        return false;
+    int64_t id = -1, floor = -1;
+    bool kept = false;
+    if (last >= 0) {
+        char path[SF_REG_PATH_MAX], data[SF_REG_DATA_MAX];
+        struct Stat st;
+        sf_reg_worker_path(r, last, path, sizeof path);
+        if (sf_reg_get_string(r, path, data, sizeof data, &st) == ZOK &&
+            st.ephemeralOwner == sf_reg_session_id(r)) {
+            kept = true;
+            id = last;
+            pthread_mutex_lock(&r->mu);
+            r->worker_version = st.version;
+            sf_reg_step(r, SF_REG_EV_CLAIMED, NULL);
+            pthread_mutex_unlock(&r->mu);
+            if (sf_reg_wait_for_floor(r, id, &floor, err, sizeof err) != 0) {
+                pthread_mutex_lock(&r->mu);
+                sf_reg_step(r, SF_REG_EV_FAILED, err);
+                pthread_mutex_unlock(&r->mu);
+                return;
+            }
+            pthread_mutex_lock(&r->mu);
+            r->floor_ms = floor;
+            pthread_mutex_unlock(&r->mu);
+        }
     }
-    if (renew_lease(r, id) != 1) {
-        reg_log(r, "warning", "worker node %s/%" PRId64 " is not ours right after claiming it; "
-                "will claim again", r->worker_id_path, id);
-        return false;
+    if (!kept && sf_reg_claim_once(r, 0, &id, &floor, err, sizeof err) != 0) {
+        char reason[SF_REGISTRY_ERR_MAX + 64];
+        snprintf(reason, sizeof reason, "claiming a worker id again failed, will retry: %s", err);
+        pthread_mutex_lock(&r->mu);
+        sf_reg_step(r, SF_REG_EV_FAILED, reason);
+        pthread_mutex_unlock(&r->mu);
+        return;
     }
-    pthread_mutex_lock(&r->mu);
-    bool still = r->connected && !r->expired;
-    if (still) {
-        r->held_id = id;
-        r->serving = true;
-        r->next_state_write = 0;
+    if (!sf_reg_renew_and_wait(r, id, kept ? "claimed again (the session survived)"
+                                            : "claimed again")) {
+        pthread_mutex_lock(&r->mu);
+        sf_reg_step(r, SF_REG_EV_FAILED, "the first lease on the claimed worker id was not "
+                    "confirmed by ZooKeeper's leader; will claim again");
+        pthread_mutex_unlock(&r->mu);
     }
-    pthread_mutex_unlock(&r->mu);
-    if (still)
-        report(r, true, id, floor, "claimed again");
-    return still;
 }
 
-/* The registry's thread: fences on session loss, claims again, records timestamps. */
-static void *watch_loop(void *arg)
+/* The registry's thread: acts on the state, delivers reports, and sleeps until the next
+ * deadline (renewal, grace, lease end, retry) or event. */
+static void *sf_reg_thread(void *arg)
 {
     sf_registry *r = arg;
-    int64_t next_retry = 0;
-    bool lease_failing = false; /* warn once per run of failed renewals */
-    pthread_mutex_lock(&r->mu);
-    while (!r->stop) {
-        int64_t now = mono_ms();
-        int64_t fence_ms = r->negotiated_ms / 3;
-        if (r->serving) {
-            const char *reason = NULL;
-            if (r->expired)
-                reason = "the ZooKeeper session expired; another node may hold our worker id";
-            else if (!r->connected && now - r->disconnected_since >= fence_ms)
-                reason = "disconnected from ZooKeeper too long; the session may have expired "
-                         "and another node may hold our worker id";
-            if (reason) {
-                r->serving = false;
-                int64_t id = r->held_id;
-                pthread_mutex_unlock(&r->mu);
-                report(r, false, id, -1, reason);
-                pthread_mutex_lock(&r->mu);
-                continue;
-            }
-            if (r->connected && now >= r->next_lease_renew) {
-                int64_t id = r->held_id;
-                pthread_mutex_unlock(&r->mu);
-                int renewed = renew_lease(r, id);
-                if (renewed == 0 && !lease_failing)
-                    reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64
-                            ": no answer from ZooKeeper; ids stop when the lease runs out",
-                            id);
-                lease_failing = renewed != 1;
-                pthread_mutex_lock(&r->mu);
-                if (renewed == 0) {
-                    r->next_lease_renew = mono_ms() + 100;
-                } else if (renewed < 0 && r->serving) {
-                    r->serving = false;
-                    pthread_mutex_unlock(&r->mu);
-                    report(r, false, id, -1, "our worker node in ZooKeeper is gone or held by "
-                           "another session; another node may hold our worker id");
-                    pthread_mutex_lock(&r->mu);
-                }
-                continue;
-            }
-            if (r->connected && now >= r->next_state_write) {
-                r->next_state_write = now + r->o.state_interval_ms;
-                int64_t id = r->held_id;
-                pthread_mutex_unlock(&r->mu);
-                record_timestamp(r, id);
-                pthread_mutex_lock(&r->mu);
-                continue;
-            }
-        } else if ((r->connected || r->expired) && now >= next_retry) {
+    for (;;) {
+        sf_reg_deliver(r);
+        pthread_mutex_lock(&r->mu);
+        sf_reg_step(r, SF_REG_EV_TIMER, NULL);
+        if (r->stop) {
             pthread_mutex_unlock(&r->mu);
-            bool ok = try_reclaim(r);
-            pthread_mutex_lock(&r->mu);
-            if (!ok)
-                next_retry = mono_ms() + 1000;
+            break;
+        }
+        sf_reg_state state = r->state;
+        int64_t now = sf_registry_boot_ms();
+        if (state == SF_REG_CONNECTING || state == SF_REG_CLAIMING ||
+            state == SF_REG_WAITING_FLOOR) {
+            pthread_mutex_unlock(&r->mu);
+            sf_reg_deliver(r);
+            sf_reg_recover(r, state == SF_REG_WAITING_FLOOR ? SF_REG_CLAIMING : state);
             continue;
         }
-        struct timespec until = deadline_in(100);
-        pthread_cond_timedwait(&r->cv, &r->mu, &until);
+        if (state == SF_REG_SERVING && r->connected && !r->renewal.in_flight &&
+            now >= r->next_renew) {
+            int64_t id = r->held_id;
+            bool resync = r->resync;
+            pthread_mutex_unlock(&r->mu);
+            if (!resync || sf_reg_resync(r, id))
+                sf_reg_renew_send(r, id);
+            continue;
+        }
+        int64_t wake = now + 1000;
+        if (state == SF_REG_SERVING) {
+            if (r->connected && !r->renewal.in_flight && r->next_renew < wake)
+                wake = r->next_renew;
+            if (!r->connected && r->disconnected_since + sf_registry_grace_ms(r->negotiated_ms) < wake)
+                wake = r->disconnected_since + sf_registry_grace_ms(r->negotiated_ms);
+            if (r->lease_until > 0 && r->lease_until < wake)
+                wake = r->lease_until;
+        } else if (state == SF_REG_FENCED && r->retry_at > now && r->retry_at < wake) {
+            wake = r->retry_at;
+        }
+        if (r->report_count == 0)
+            sf_reg_wait_locked(r, wake - now > 0 ? wake - now : 0);
+        pthread_mutex_unlock(&r->mu);
     }
-    pthread_mutex_unlock(&r->mu);
+    sf_reg_deliver(r);
     return NULL;
 }
 
 int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
 {
     pthread_mutex_lock(&r->mu);
-    bool ok = r->held_id >= 0 && r->connected && !r->expired;
+    r->watching = true;
+    bool held = r->held_id >= 0 && r->state == SF_REG_WAITING_FLOOR && r->connected;
     int64_t id = r->held_id;
     pthread_mutex_unlock(&r->mu);
-    /* The round trip runs outside the lock: its completion may wait behind a session
-     * event, and the session watcher takes the lock. */
-    ok = ok && renew_lease(r, id) == 1;
-    pthread_mutex_lock(&r->mu);
-    r->serving = ok;
-    pthread_mutex_unlock(&r->mu);
-    if (ok)
-        report(r, true, id, read_floor(r, id), "worker id claimed");
-    else
-        report(r, false, id, -1, "the ZooKeeper session was lost before serving began");
-    int rc = pthread_create(&r->thread, NULL, watch_loop, r);
+    /* The first lease comes before serving is reported: on_state(serving) carries it. */
+    if (!held || !sf_reg_renew_and_wait(r, id, "worker id claimed")) {
+        pthread_mutex_lock(&r->mu);
+        if (r->state != SF_REG_FENCED)
+            sf_reg_step(r, SF_REG_EV_FAILED, "the ZooKeeper session was lost before serving began");
+        else
+            sf_reg_queue_fenced(r, r->reason, true);
+        pthread_mutex_unlock(&r->mu);
+    }
+    sf_reg_deliver(r);
+    int rc = pthread_create(&r->thread, NULL, sf_reg_thread, r);
     if (rc != 0) {
-        set_err(err, errlen, "cannot start the registry thread: %s", strerror(rc));
+        sf_reg_set_err(err, errlen, "cannot start the registry thread: %s", strerror(rc));
         return -1;
     }
     r->thread_started = true;
@@ -1048,39 +1355,75 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
 int64_t sf_registry_worker_id(sf_registry *r)
 {
     pthread_mutex_lock(&r->mu);
-    int64_t id = r->serving ? r->held_id : -1;
+    int64_t id = r->state == SF_REG_SERVING ? r->held_id : -1;
     pthread_mutex_unlock(&r->mu);
     return id;
 }
 
 int sf_registry_session_timeout_ms(sf_registry *r)
 {
-    return r->negotiated_ms;
+    pthread_mutex_lock(&r->mu);
+    int ms = r->negotiated_ms;
+    pthread_mutex_unlock(&r->mu);
+    return ms;
 }
 
 void sf_registry_cancel(sf_registry *r)
 {
+    if (!r)
+        return;
     pthread_mutex_lock(&r->mu);
     r->stop = true;
+    sf_reg_step(r, SF_REG_EV_STOP, NULL);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* The last record at shutdown: the same conditional write as a renewal, sent only while the
+ * worker node is ours (a lost node must not be written after). */
+static void sf_reg_final_record(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t id = r->held_id;
+    bool live = id >= 0 && r->zh && r->connected && !r->expired;
+    pthread_mutex_unlock(&r->mu);
+    if (!live)
+        return;
+    /* The state machine is stopped (events change nothing now): send directly and take the
+     * outcome from the completion. */
+    pthread_mutex_lock(&r->mu);
+    while (r->renewal.in_flight)
+        sf_reg_wait_locked(r, 100);
+    pthread_mutex_unlock(&r->mu);
+    for (int tries = 0; tries < 2; tries++) {
+        sf_reg_renew_send(r, id);
+        pthread_mutex_lock(&r->mu);
+        while (r->renewal.in_flight)
+            sf_reg_wait_locked(r, 100);
+        bool ok = r->renewal.outcome == SF_REG_EV_RENEWED;
+        bool again = r->resync && r->renewal.outcome == SF_REG_EV_RENEW_FAILED;
+        pthread_mutex_unlock(&r->mu);
+        if (ok) {
+            sf_reg_log(r, "info", "released worker id %" PRId64, id);
+            return;
+        }
+        if (!again || !sf_reg_resync(r, id))
+            break;
+    }
+    sf_reg_log(r, "warning", "cannot record the last timestamp of worker id %" PRId64 " in %s: "
+               "the node is not ours any more or ZooKeeper did not confirm the write", id,
+               r->state_path);
 }
 
 void sf_registry_close(sf_registry *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stop = true;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    sf_registry_cancel(r);
     if (r->thread_started)
         pthread_join(r->thread, NULL);
     if (r->zh) {
-        if (r->held_id >= 0 && r->connected && still_own(r, r->held_id)) {
-            record_timestamp(r, r->held_id);
-            reg_log(r, "info", "released worker id %" PRId64, r->held_id);
-        }
+        sf_reg_final_record(r);
         zookeeper_close(r->zh);
     }
     pthread_cond_destroy(&r->cv);

@@ -2,7 +2,7 @@
  *
  * The layout is the original Snowflake's, so legacy nodes and their tools share one ensemble:
  * under worker_id_path each live node owns an EPHEMERAL child named by its worker id in
- * decimal, holding "hostname:port". Beyond the original:
+ * canonical decimal ("5", never "05"), holding "hostname:port". Beyond the original:
  *   - automatic ids: nodes queue with ZooKeeper's lock recipe under lock_path;
  *   - fencing: a node that lost (or may have lost) its session stops serving and claims again;
  *   - restart safety: the last used timestamp of each id is kept under state_path, and a new
@@ -27,25 +27,49 @@ typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *wo
                                    int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                                    size_t errlen);
 
-/* Milliseconds on CLOCK_BOOTTIME: the clock of every lease (it goes on counting while
- * the machine is suspended, when CLOCK_MONOTONIC stops). */
+/* Milliseconds on CLOCK_BOOTTIME: the clock of every lease. Unlike CLOCK_MONOTONIC it runs on
+ * while the machine is suspended, and ZooKeeper's session clock runs on meanwhile too. */
 int64_t sf_registry_boot_ms(void);
 
-/* Told of every transition after sf_registry_watch(): serving = ids may be handed out as
- * worker_id, none at or before floor_ms (Unix ms; -1 = no floor), until CLOCK_BOOTTIME
- * reaches valid_until_boot_ms (the lease renewed just before serving began); !serving =
- * stop at once, reason says why (worker_id is the id last held, or -1). Called from the
- * registry's own thread; must not call back into the registry. */
-typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id,
-                                     int64_t floor_ms, int64_t valid_until_boot_ms,
-                                     const char *reason);
+/* The fractions of the negotiated session timeout everything is timed by, defined here once.
+ * A session is alive for at least the timeout after a round trip the leader confirmed was
+ * sent, so:
+ *   lease  2/3: a lease ends well before ZooKeeper can expire the session and let another
+ *               node claim the id, leaving a margin for clock-rate differences;
+ *   renew  1/6: a renewal every 1/6 keeps the lease valid through a few slow or failed
+ *               round trips in a row;
+ *   grace  1/3: disconnected this long, the registry fences without waiting for the lease. */
+static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
+{
+    return session_timeout_ms * 2 / 3;
+}
 
-/* Told of every renewal of the lease while serving: ids may be handed out until
- * CLOCK_BOOTTIME (ms) reaches valid_until_boot_ms, and no longer unless a later renewal
- * arrives. Each renewal is a round trip to ZooKeeper proving our session and our worker
- * node alive; the lease covers a process frozen past its session timeout (a stopped
- * process or a paused machine), which the registry's thread cannot fence because it is
- * frozen too. Called from the registry's own thread; must not call back into the registry. */
+static inline int64_t sf_registry_renew_ms(int64_t session_timeout_ms)
+{
+    return session_timeout_ms / 6 > 0 ? session_timeout_ms / 6 : 1;
+}
+
+static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
+{
+    return session_timeout_ms / 3;
+}
+
+/* Told of every transition: serving = ids may be handed out as worker_id, none at or before
+ * floor_ms (-1 = none), until CLOCK_BOOTTIME reaches valid_until_boot_ms (the lease that came
+ * with the claim); !serving = stop at once, reason says why (worker_id is the id last held or
+ * -1). While not serving it is told again whenever the reason changes, so the reason is always
+ * the current one; a registry stopped while serving says so (not serving) before it records
+ * the last timestamp. Called from the registry's own thread (the first call from
+ * sf_registry_watch); must not call back into the registry. */
+typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
+                                     int64_t valid_until_boot_ms, const char *reason);
+
+/* Told of every renewal while serving: ids valid until CLOCK_BOOTTIME reaches
+ * valid_until_boot_ms, and no longer unless a later renewal arrives. A renewal is a write the
+ * leader confirmed (see sf_registry_watch), so a follower cut off from the leader cannot extend
+ * it; the lease also covers a process frozen past its session timeout (a stopped process),
+ * which the registry's thread cannot fence because it is frozen too. Called from the
+ * registry's own thread; must not call back into the registry. */
 typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_boot_ms);
 
 /* Returns the timestamp (Unix ms) of the last id handed out, or -1 before the first. */
@@ -69,7 +93,8 @@ typedef struct sf_registry_options {
     bool skip_unreachable_peers;    /* an unreachable peer is logged, not fatal */
     int64_t max_clock_skew_ms;      /* the peers' mean clock vs ours (default 10000) */
     int64_t max_clock_backward_wait_ms; /* wait at most this for the recorded timestamp */
-    int state_interval_ms;          /* how often the last timestamp is recorded (2000) */
+    int state_interval_ms;          /* the last timestamp is recorded at least this often (2000);
+                                     * it rides on every lease renewal */
     const char *auth;               /* "user:password" for digest auth + ACLs, or NULL */
     sf_registry_peer_fn query_peer;
     void *peer_ctx;
@@ -92,22 +117,35 @@ void sf_registry_set_client_logging(bool verbose);
 /* Fills the defaults listed above; hosts, host_port and the callbacks stay NULL. */
 void sf_registry_options_init(sf_registry_options *opts);
 
-/* Copies the options and connects to ZooKeeper, waiting up to the session timeout for the
- * session. Returns NULL with err filled on a bad option or when no server answers. The
- * client library logs at its own level: set it with sf_registry_set_client_logging() first. */
+/* Copies the options and starts connecting to ZooKeeper; does not wait for the session (so
+ * that sf_registry_cancel can reach a start-up that waits for ZooKeeper: sf_registry_claim
+ * waits). Returns NULL with err filled on a bad option. The client library logs at its own
+ * level: set it with sf_registry_set_client_logging() first. */
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen);
 
-/* Checks the peers (unless skipped), claims the worker id (static or automatic), and waits
- * until the clock is past the timestamp recorded for it. On success *worker_id is the id
- * held and *floor_ms the recorded timestamp (-1 if none). Blocks; call once. */
+/* Waits for the session (up to the session timeout, at least 5 s), checks the peers (unless
+ * skipped), claims the worker id (static or automatic), and waits until the clock is past the
+ * timestamp recorded for it. On success *worker_id is the id held and *floor_ms the recorded
+ * timestamp (-1 if none). Blocks; call once. sf_registry_cancel makes it return -1 at once
+ * with "stopped" in err, leaving no worker node behind. */
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);
 
-/* Starts the registry's thread: it reports serving (or not) through on_state at once, then
- * every transition (session expired, disconnected too long, claimed again), and records
- * the last timestamp every state_interval_ms while serving. While serving it renews the
- * lease (on_lease) at least every negotiated session timeout / 6 ms, for 2/3 of the
- * timeout from the moment each round trip was sent; also just before serving begins. */
+/* Renews the lease once, reports serving (or not) through on_state, and starts the registry's
+ * thread, which reports every later transition (session expired, disconnected too long, node
+ * lost, lease not renewed, claimed again) and, while not serving, tries again with a backoff
+ * of 100 ms doubling to 5 s until it holds an id again.
+ *
+ * A renewal is one conditional write, sent every sf_registry_renew_ms (or state_interval_ms
+ * if shorter): multi{ setData(our worker node, same data, its version),
+ * setData(state_path/<id>, max(recorded, now, last id), its version) }. A write, because a
+ * follower cut off from the leader still answers reads from its stale copy for up to
+ * syncLimit x tickTime while the leader expires our session; a write is forwarded to the
+ * leader, which refuses it for an expired session. The versions make it fail when anyone
+ * else changed either node, and the result must show the worker node owned by our session.
+ * The lease lasts sf_registry_lease_ms from a moment taken before the write was sent. The
+ * same write records the last timestamp, so it never lowers it and never lands after the
+ * node stopped being ours. */
 int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
 
 /* The id held now, or -1 while none is. */
@@ -116,12 +154,18 @@ int64_t sf_registry_worker_id(sf_registry *r);
 /* The session timeout ZooKeeper granted, in ms. */
 int sf_registry_session_timeout_ms(sf_registry *r);
 
-/* Makes a sf_registry_new, sf_registry_claim or wait under way on another thread give up
- * promptly (they return -1, err "stopped"), as on SIGTERM during start-up. Thread-safe. */
+/* Makes a blocked sf_registry_claim return -1 with "stopped" (within 200 ms, unless a single
+ * ZooKeeper round trip is in flight: that ends within the client's timeout), deleting a worker
+ * node it had created; the registry does nothing more but sf_registry_close. Thread-safe:
+ * meant for another thread, e.g. on SIGTERM during start-up. */
 void sf_registry_cancel(sf_registry *r);
 
-/* Stops the thread, records the last timestamp, and closes the session so that the
- * ephemeral node disappears at once. Frees r; NULL is allowed. */
+/* Stops the thread, records the last timestamp (the conditional write above), and closes the
+ * session so that the ephemeral node disappears at once. Frees r; NULL is allowed. */
 void sf_registry_close(sf_registry *r);
+
+/* Parses a node name as a worker id: canonical decimal 0..31 only ("5", not "05", "+5" or
+ * " 5"), so every id has exactly one node name. */
+bool sf_registry_parse_worker_id(const char *name, int64_t *id);
 
 #endif /* SF_REGISTRY_H */

@@ -6,6 +6,12 @@
 #                              A later start on the same DIR reuses the port and the data.
 #   zk-server.sh stop DIR      stop the server started on DIR (no error if none runs)
 #   zk-server.sh restart DIR   stop, then start again on the same port and data
+#   zk-server.sh mode DIR      print the server's role: leader, follower, standalone, or none
+#                              while it serves no clients (e.g. a member without a quorum)
+#
+# An ensemble member: before the first start write DIR/port (its client port), DIR/quorum.cfg
+# (the server.N lines, initLimit and syncLimit, as this member shall see them) and
+# DIR/data/myid; start then returns once the process answers, not once it has a quorum.
 #
 # The server is Debian's `zookeeper` package run directly (ZooKeeperServerMain), so no
 # system service, no /etc change and no port outside the loopback address is involved.
@@ -13,11 +19,35 @@ set -eu
 
 die() { echo "zk-server.sh: $*" >&2; exit 1; }
 
-[ $# -eq 2 ] || die "usage: zk-server.sh start|stop|restart DIR"
+[ $# -eq 2 ] || die "usage: zk-server.sh start|stop|restart|mode DIR"
 cmd=$1
 dir=$2
 ZK_JAR=${ZK_JAR:-/usr/share/java/zookeeper.jar}
 ZK_CONF_DIR=${ZK_CONF_DIR:-/etc/zookeeper/conf}
+
+# Prints the role the server reports through srvr, or none.
+mode() {
+  port=$(cat "$dir/port" 2>/dev/null) || { echo none; return 0; }
+  python3 - "$port" <<'PY'
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.5)
+    s.sendall(b"srvr")
+    out = b""
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        out += b
+    for line in out.decode("utf-8", "replace").splitlines():
+        if line.startswith("Mode: "):
+            print(line[6:].strip())
+            sys.exit(0)
+except OSError:
+    pass
+print("none")
+PY
+}
 
 # Asks the server whether it is healthy ("ruok" answered with "imok").
 ruok() {
@@ -70,10 +100,15 @@ maxSessionTimeout=60000
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,mntr,cons
 CFG
+  main=org.apache.zookeeper.server.ZooKeeperServerMain
+  if [ -f "$dir/quorum.cfg" ]; then
+    cat "$dir/quorum.cfg" >>"$dir/zoo.cfg"
+    main=org.apache.zookeeper.server.quorum.QuorumPeerMain
+  fi
   java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -cp "$ZK_CONF_DIR:$ZK_JAR" -Dzookeeper.log.dir="$dir" \
     -Dzookeeper.root.logger=WARN,CONSOLE -Dzookeeper.admin.enableServer=false \
-    org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" \
+    "$main" "$dir/zoo.cfg" \
     >>"$dir/server.log" 2>&1 </dev/null &
   echo $! >"$dir/pid"
   i=0
@@ -94,5 +129,6 @@ case $cmd in
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
-  *) die "unknown command '$cmd' (allowed: start, stop, restart)" ;;
+  mode) mode ;;
+  *) die "unknown command '$cmd' (allowed: start, stop, restart, mode)" ;;
 esac

@@ -1,0 +1,254 @@
+/* tcp_proxy.c -- a fault-injecting TCP proxy thread for the tests (see tcp_proxy.h). One poll()
+ * loop serves the listener and every connection pair; a pipe wakes it on a mode change. */
+#define _POSIX_C_SOURCE 200809L
+#include "tcp_proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PROXY_MAX_PAIRS 64
+
+struct sf_test_proxy {
+    int listen_fd, port, target_port;
+    int wake[2];               /* written on every change, read by the loop */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    sf_test_proxy_mode mode;
+    int forward_budget;        /* >= 0: connections to forward before refusing; -1 = no limit */
+    bool drop_all;             /* close every open pair at the next turn of the loop */
+    bool stop;
+    int accepted;
+    int pairs[PROXY_MAX_PAIRS][2]; /* client fd, server fd; -1 when free */
+};
+
+/* Connects to the real server on loopback; -1 when it is not there. */
+static int sf_proxy_connect_target(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Closes both ends of a pair and frees its slot. */
+static void sf_proxy_close_pair(sf_test_proxy *p, int i)
+{
+    for (int k = 0; k < 2; k++) {
+        if (p->pairs[i][k] >= 0)
+            close(p->pairs[i][k]);
+        p->pairs[i][k] = -1;
+    }
+}
+
+/* Accepts one connection and pairs it with the server, or closes it at once when refusing. */
+static void sf_proxy_accept(sf_test_proxy *p)
+{
+    int c = accept(p->listen_fd, NULL, NULL);
+    if (c < 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->accepted++;
+    sf_test_proxy_mode mode = p->mode;
+    if (mode == SF_PROXY_FORWARD && p->forward_budget == 0)
+        mode = p->mode = SF_PROXY_REFUSE;
+    else if (mode == SF_PROXY_FORWARD && p->forward_budget > 0)
+        p->forward_budget--;
+    pthread_mutex_unlock(&p->mu);
+    int s = mode == SF_PROXY_REFUSE ? -1 : sf_proxy_connect_target(p->target_port);
+    int slot = -1;
+    for (int i = 0; i < PROXY_MAX_PAIRS && slot < 0; i++)
+        if (p->pairs[i][0] < 0)
+            slot = i;
+    if (s < 0 || slot < 0) {
+        if (s >= 0)
+            close(s);
+        close(c);
+        return;
+    }
+    p->pairs[slot][0] = c;
+    p->pairs[slot][1] = s;
+}
+
+/* Moves what one end has sent to the other end (or drops it when black-holing);
+ * false when the pair is finished. */
+static bool sf_proxy_pump(int from, int to, bool blackhole)
+{
+    char buf[16384];
+    ssize_t n = read(from, buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    if (blackhole)
+        return true;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    return true;
+}
+
+/* The proxy's thread: poll, accept, pump, until stopped. */
+static void *sf_proxy_loop(void *arg)
+{
+    sf_test_proxy *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        bool stop = p->stop, drop = p->drop_all;
+        sf_test_proxy_mode mode = p->mode;
+        p->drop_all = false;
+        pthread_mutex_unlock(&p->mu);
+        if (drop || stop)
+            for (int i = 0; i < PROXY_MAX_PAIRS; i++)
+                sf_proxy_close_pair(p, i);
+        if (stop)
+            return NULL;
+        struct pollfd fds[2 + 2 * PROXY_MAX_PAIRS];
+        int idx[2 + 2 * PROXY_MAX_PAIRS];
+        int n = 0;
+        fds[n++] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+        fds[n++] = (struct pollfd){.fd = p->listen_fd, .events = POLLIN};
+        for (int i = 0; i < PROXY_MAX_PAIRS; i++) {
+            if (p->pairs[i][0] < 0)
+                continue;
+            for (int k = 0; k < 2; k++) {
+                idx[n] = i * 2 + k;
+                fds[n++] = (struct pollfd){.fd = p->pairs[i][k], .events = POLLIN};
+            }
+        }
+        if (poll(fds, (nfds_t)n, 1000) < 0 && errno != EINTR)
+            return NULL;
+        if (fds[0].revents & POLLIN) {
+            char b[64];
+            if (read(p->wake[0], b, sizeof b) < 0 && errno != EAGAIN)
+                return NULL;
+        }
+        if (fds[1].revents & POLLIN)
+            sf_proxy_accept(p);
+        for (int j = 2; j < n; j++) {
+            if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int i = idx[j] / 2, k = idx[j] % 2;
+            if (p->pairs[i][k] < 0)
+                continue;
+            if (!sf_proxy_pump(p->pairs[i][k], p->pairs[i][1 - k], mode == SF_PROXY_BLACKHOLE))
+                sf_proxy_close_pair(p, i);
+        }
+    }
+}
+
+/* Wakes the loop so it sees a change at once. */
+static void sf_proxy_wake(sf_test_proxy *p)
+{
+    if (write(p->wake[1], "x", 1) < 0 && errno != EAGAIN)
+        perror("tcp_proxy: wake");
+}
+
+sf_test_proxy *sf_test_proxy_start(int target_port)
+{
+    sf_test_proxy *p = calloc(1, sizeof *p);
+    if (!p) {
+        perror("tcp_proxy: calloc");
+        return NULL;
+    }
+    for (int i = 0; i < PROXY_MAX_PAIRS; i++)
+        p->pairs[i][0] = p->pairs[i][1] = -1;
+    p->target_port = target_port;
+    p->forward_budget = -1;
+    p->mode = SF_PROXY_FORWARD;
+    pthread_mutex_init(&p->mu, NULL);
+    p->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(p->listen_fd, 16) != 0 ||
+        getsockname(p->listen_fd, (struct sockaddr *)&a, &len) != 0 || pipe(p->wake) != 0) {
+        perror("tcp_proxy: cannot listen on 127.0.0.1");
+        if (p->listen_fd >= 0)
+            close(p->listen_fd);
+        free(p);
+        return NULL;
+    }
+    fcntl(p->wake[0], F_SETFL, O_NONBLOCK);
+    fcntl(p->wake[1], F_SETFL, O_NONBLOCK);
+    p->port = ntohs(a.sin_port);
+    if (pthread_create(&p->thread, NULL, sf_proxy_loop, p) != 0) {
+        fprintf(stderr, "tcp_proxy: cannot start its thread\n");
+        close(p->listen_fd);
+        close(p->wake[0]);
+        close(p->wake[1]);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+int sf_test_proxy_port(sf_test_proxy *p)
+{
+    return p->port;
+}
+
+void sf_test_proxy_set_mode(sf_test_proxy *p, sf_test_proxy_mode mode)
+{
+    pthread_mutex_lock(&p->mu);
+    if (mode == SF_PROXY_REFUSE || (p->mode == SF_PROXY_BLACKHOLE && mode != SF_PROXY_BLACKHOLE))
+        p->drop_all = true;
+    p->mode = mode;
+    p->forward_budget = -1;
+    pthread_mutex_unlock(&p->mu);
+    sf_proxy_wake(p);
+}
+
+void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->mode == SF_PROXY_BLACKHOLE)
+        p->drop_all = true;
+    p->mode = SF_PROXY_FORWARD;
+    p->forward_budget = n;
+    pthread_mutex_unlock(&p->mu);
+    sf_proxy_wake(p);
+}
+
+int sf_test_proxy_accepted(sf_test_proxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->accepted;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void sf_test_proxy_stop(sf_test_proxy *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_mutex_unlock(&p->mu);
+    sf_proxy_wake(p);
+    pthread_join(p->thread, NULL);
+    close(p->listen_fd);
+    close(p->wake[0]);
+    close(p->wake[1]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

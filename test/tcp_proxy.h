@@ -1,0 +1,36 @@
+/* tcp_proxy.h -- a fault-injecting TCP proxy thread for the tests: it stands between a client
+ * (or a ZooKeeper server) and a real server on loopback, and forwards, refuses or black-holes
+ * the traffic on demand, so a test can cut a link without touching the processes on either end. */
+#ifndef SF_TEST_TCP_PROXY_H
+#define SF_TEST_TCP_PROXY_H
+
+typedef enum sf_test_proxy_mode {
+    SF_PROXY_FORWARD,   /* pass bytes both ways */
+    SF_PROXY_REFUSE,    /* close every connection, accepted ones at once */
+    SF_PROXY_BLACKHOLE  /* keep connections open but pass nothing (a silent network) */
+} sf_test_proxy_mode;
+
+typedef struct sf_test_proxy sf_test_proxy;
+
+/* Listens on a free 127.0.0.1 port and forwards to 127.0.0.1:target_port.
+ * Returns NULL after printing why on standard error. */
+sf_test_proxy *sf_test_proxy_start(int target_port);
+
+/* The port the proxy listens on. */
+int sf_test_proxy_port(sf_test_proxy *p);
+
+/* Switches the mode; leaving SF_PROXY_BLACKHOLE or entering SF_PROXY_REFUSE closes the
+ * connections open now, so both ends see the cut at once. */
+void sf_test_proxy_set_mode(sf_test_proxy *p, sf_test_proxy_mode mode);
+
+/* Forwards the next n connections accepted, then refuses all later ones: lets one
+ * reconnect through and breaks the one after it. */
+void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n);
+
+/* How many connections the proxy has accepted so far. */
+int sf_test_proxy_accepted(sf_test_proxy *p);
+
+/* Stops the thread and closes every socket. NULL is allowed. */
+void sf_test_proxy_stop(sf_test_proxy *p);
+
+#endif /* SF_TEST_TCP_PROXY_H */
