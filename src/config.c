@@ -47,6 +47,8 @@ static const sf_key sf_keys[] = {
     { "snowflake", "startup_sleep_ms", SF_KEY_INT64, SF_FIELD(startup_sleep_ms), 0, 600000 },
     { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(worker_id_path), 0, 0 },
     { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(bind_address), 0, 0 },
+    { "snowflake", "listen_while_not_serving", SF_KEY_BOOL, SF_FIELD(listen_while_not_serving),
+      0, 1 },
     { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, 4102444800000LL },
     { "snowflake", "max_clock_backward_wait_ms", SF_KEY_INT64,
       SF_FIELD(max_clock_backward_wait_ms), 0, 60000 },

@@ -33,6 +33,7 @@ typedef struct sf_config {
     char *worker_id_path;             /* default /snowflake-servers */
     /* ours */
     char *bind_address;               /* default 0.0.0.0 */
+    bool listen_while_not_serving;    /* default false: the port is open only while serving */
     int64_t epoch_ms;                 /* default 1288834974657 */
     int64_t max_clock_backward_wait_ms; /* 0..60000, default 0 */
     bool random_first_sequence;       /* default false */

@@ -21,8 +21,17 @@ static long long monotonic_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Closes fd keeping errno at cause, so the caller can tell a refusal from a timeout. */
+static int fail_with(int fd, int cause)
+{
+    if (fd >= 0)
+        close(fd);
+    errno = cause;
+    return -1;
+}
+
 /* Starts a non-blocking connect to one address and waits for it at most wait_ms.
- * Returns the descriptor (back in blocking mode), or -1 with err filled. */
+ * Returns the descriptor (back in blocking mode), or -1 with err filled and errno set. */
 static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t errlen)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -38,9 +47,9 @@ static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t
     }
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
-        snprintf(err, errlen, "%s", strerror(errno));
-        close(fd);
-        return -1;
+        int cause = errno;
+        snprintf(err, errlen, "%s", strerror(cause));
+        return fail_with(fd, cause);
     }
     if (rc != 0) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -50,15 +59,14 @@ static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t
         while (n < 0 && errno == EINTR);
         if (n == 0) {
             snprintf(err, errlen, "no answer within %d ms", wait_ms);
-            close(fd);
-            return -1;
+            return fail_with(fd, ETIMEDOUT);
         }
         int soerr = 0;
         socklen_t len = sizeof soerr;
         if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
-            snprintf(err, errlen, "%s", strerror(n < 0 ? errno : soerr != 0 ? soerr : errno));
-            close(fd);
-            return -1;
+            int cause = n < 0 ? errno : soerr != 0 ? soerr : errno;
+            snprintf(err, errlen, "%s", strerror(cause));
+            return fail_with(fd, cause);
         }
     }
     if (fcntl(fd, F_SETFL, flags) < 0) {
@@ -76,7 +84,7 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
     if (timeout_ms < 1 || port < 1 || port > 65535) {
         snprintf(err, errlen, "bad connect arguments: port %d (allowed 1..65535), timeout %d ms "
                  "(allowed >= 1)", port, timeout_ms);
-        return -1;
+        return fail_with(-1, EINVAL);
     }
     char service[16];
     snprintf(service, sizeof service, "%d", port);
@@ -86,7 +94,7 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
     int grc = getaddrinfo(host, service, &hints, &res);
     if (grc != 0) {
         snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(grc));
-        return -1;
+        return fail_with(-1, EHOSTUNREACH);
     }
     long long deadline = monotonic_ms() + timeout_ms;
     int fd = -1;
@@ -94,13 +102,15 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
         long long left = deadline - monotonic_ms();
         if (left <= 0) {
             snprintf(err, errlen, "no answer within %d ms", timeout_ms);
+            errno = ETIMEDOUT;
             break;
         }
         fd = connect_one(ai, (int)left, err, errlen);
     }
+    int cause = errno;
     freeaddrinfo(res);
     if (fd < 0)
-        return -1;
+        return fail_with(-1, cause);
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {

@@ -8,12 +8,13 @@
 /* Connects a TCP socket to host:port (a name or an address; every address the name
  * resolves to is tried) within timeout_ms in all, and bounds each later read and write by
  * timeout_ms. Returns the connected, blocking descriptor, or -1 with err saying why
- * ("connection refused", "no answer within 1000 ms", ...). */
+ * ("connection refused", "no answer within 1000 ms", ...) and errno set to the cause
+ * (ECONNREFUSED when nothing listens there, ETIMEDOUT when nothing answered in time). */
 int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t errlen);
 
 /* A ThriftSocket already open on a connection made by sf_connect_tcp(): wrap it in a
  * transport and use it without calling thrift_transport_open(). Returns NULL with err
- * filled when the connection fails. Free with g_object_unref(), which closes it. */
+ * filled and errno set as sf_connect_tcp does when the connection fails. Free with g_object_unref(), which closes it. */
 ThriftSocket *sf_connect_thrift_socket(const char *host, int port, int timeout_ms, char *err,
                                        size_t errlen);
 

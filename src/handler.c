@@ -177,6 +177,10 @@ static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t 
     return NULL;
 }
 
+/* Set on a thread whose call was refused ServiceUnavailable; read and cleared by
+ * sf_handler_take_unavailable on the same thread, after the call's reply was made. */
+static _Thread_local gboolean sf_handler_refused_here;
+
 /* The request path's one check, made before an id is made and again after: TRUE when
  * the published view serves at a boot-clock reading taken now and, after (made_under
  * non-NULL), is still the view the ids were made under (no fence, no new worker, no
@@ -201,7 +205,15 @@ static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under
     g_free(reason);
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->unavailable_errors, 1,
                               memory_order_relaxed);
+    sf_handler_refused_here = TRUE;
     return FALSE;
+}
+
+gboolean sf_handler_take_unavailable(void)
+{
+    gboolean refused = sf_handler_refused_here;
+    sf_handler_refused_here = FALSE;
+    return refused;
 }
 
 /* How long a backward clock step may be waited out: never past the lease. */

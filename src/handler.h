@@ -68,6 +68,12 @@ sf_worker *sf_handler_current_worker(SfHandler *h);
  * *reason receives a newly allocated explanation (free with g_free). */
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);
 
+/* TRUE when a call made on this thread since the last call to this function was refused
+ * with ServiceUnavailable (not serving, or fenced while its ids were made); clears it. A
+ * server that must not answer such calls (legacy clients cannot decode the exception)
+ * asks after each batch and closes the connection instead. */
+gboolean sf_handler_take_unavailable(void);
+
 void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out);
 
 /* The service's methods, each timed from the handler's entry to its return. */

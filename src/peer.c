@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "peer.h"
 
+#include <errno.h>
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <thrift/c_glib/transport/thrift_socket.h>
 
 #include "connect.h"
+#include "registry.h"
 #include "sf_thrift_snowflake.h"
 
 /* Splits "host:port" (the original's node data); false if the port is not 1..65535. */
@@ -43,9 +45,10 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
     char cerr[256];
     ThriftSocket *sock = sf_connect_thrift_socket(host, port, timeout_ms, cerr, sizeof cerr);
     if (sock == NULL) {
+        int refused = errno == ECONNREFUSED;
         snprintf(err, errlen, "cannot connect to %s: %s", host_port, cerr);
         g_free(host);
-        return -1;
+        return refused ? SF_REGISTRY_PEER_REFUSED : -1;
     }
     ThriftTransport *framed = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", sock, NULL);
     ThriftProtocol *proto = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", framed, NULL);

@@ -21,8 +21,11 @@
 #define SF_REGISTRY_MAX_WORKERS 32
 #define SF_REGISTRY_ERR_MAX 2048
 
-/* Asks the node at host_port for its ids and clock. Returns 0, or -1 with err filled
- * (the peer is unreachable or does not answer within its timeout). */
+/* Asks the node at host_port for its ids and clock. Returns 0; SF_REGISTRY_PEER_REFUSED
+ * with err filled when nothing listens there (a node not serving closes its port: it is
+ * starting, fenced or gone); or -1 with err filled (unreachable, or no answer within its
+ * timeout). */
+#define SF_REGISTRY_PEER_REFUSED 1
 typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *worker_id,
                                    int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                                    size_t errlen);

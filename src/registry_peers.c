@@ -122,6 +122,15 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         int64_t pw = -1, pd = -1, pt = 0;
         sf_reg_peers_log(p, "info", "checking peer %s (worker id %" PRId64 ")", peer, id);
         int qrc = sf_reg_peers_query(p, peer, &pw, &pd, &pt, perr, sizeof perr);
+        if (qrc == SF_REGISTRY_PEER_REFUSED) {
+            /* Its port is closed: a node closes it while it does not serve (starting, or
+             * fenced), and a process that is gone has none. Either way it hands out no
+             * ids, and ZooKeeper, not this check, keeps its worker id from us. */
+            sf_reg_peers_log(p, "warning", "peer %s (worker id %" PRId64 ") refuses "
+                             "connections: not serving (starting, fenced or gone), skipped: %s",
+                             peer, id, perr);
+            continue;
+        }
         if (qrc != 0) {
             if (p->skip_unreachable_peers) {
                 sf_reg_peers_log(p, "warning", "peer %s (worker id %" PRId64 ") is unreachable, "

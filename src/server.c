@@ -30,6 +30,9 @@
 /* How often timeouts are checked, and the longest an idle loop sleeps. */
 #define SF_TICK_MS 50
 #define SF_MAX_EVENTS 128
+#define SF_LISTEN_BACKLOG 1024
+/* How often a failure to listen again (the port taken meanwhile) is retried and logged. */
+#define SF_LISTEN_RETRY_LOG_MS 5000
 
 typedef struct sf_thread sf_thread;
 
@@ -52,7 +55,7 @@ typedef struct sf_conn {
 /* Counters written by their own thread only, read by anyone. */
 typedef struct sf_thread_stats {
     atomic_uint_fast64_t accepted, frames_processed, frames_refused, idle_timeouts,
-        frame_timeouts;
+        frame_timeouts, replies_withheld, connections_dropped;
 } sf_thread_stats;
 
 struct sf_thread {
@@ -70,6 +73,7 @@ struct sf_thread {
     SfFrameTransport *transport;
     ThriftProtocol *protocol;
     int64_t last_tick_ms;
+    unsigned seen_drop_epoch; /* the server's drop_epoch when this thread last dropped */
     sf_thread_stats stats;
 };
 
@@ -77,8 +81,12 @@ struct sf_server {
     sf_server_options opts;
     char *bind_address;
     ThriftProcessor *processor;
-    int listen_fd;
+    int listen_fd;           /* bound; listening while `listening` (thread 0 owns both) */
     int port;
+    bool listening;
+    atomic_bool want_listening;
+    atomic_uint drop_epoch;  /* bumped when listening stops: every thread drops its connections */
+    int64_t last_listen_error_log_ms;
     sf_thread *threads;
     int nthreads;
     unsigned next_thread;  /* round robin for new connections (thread 0 only) */
@@ -89,6 +97,8 @@ struct sf_server {
     int64_t stop_deadline_ms;
     bool started, stopped;
 };
+
+static int sf_server_bind(sf_server *s, GError **error);
 
 /* epoll tags that are not connections. */
 static char sf_tag_listener, sf_tag_wake;
@@ -120,6 +130,9 @@ void sf_server_options_init(sf_server_options *opts)
     opts->max_connections = 16384;
     opts->idle_timeout_ms = 300000;
     opts->frame_timeout_ms = 10000;
+    opts->listen_at_start = true;
+    opts->withhold_replies = NULL;
+    opts->withhold_ctx = NULL;
 }
 
 /* Registers or updates a connection's epoll interest when it changed. */
@@ -272,6 +285,20 @@ static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, siz
     return used;
 }
 
+/* Asks the owner whether the replies just made may be sent; when not, drops them and
+ * closes the connection unanswered. Returns true when c was closed. */
+static bool sf_conn_withhold(sf_thread *t, sf_conn *c)
+{
+    const sf_server_options *o = &t->server->opts;
+    if (o->withhold_replies == NULL || !o->withhold_replies(o->withhold_ctx))
+        return false;
+    g_debug("closing connection from %s unanswered: not serving", c->peer);
+    sf_frame_transport_reset_output(t->transport);
+    sf_bump(&t->stats.replies_withheld, 1);
+    sf_conn_close(t, c);
+    return true;
+}
+
 /* Chooses the epoll interest from the connection's state: read unless
  * output is backed up or the client is gone; watch writability while
  * output is pending. */
@@ -319,6 +346,8 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
         }
         do_read = false;
         ssize_t used = sf_conn_process(t, c, t->scratch, have);
+        if (used != 0 && sf_conn_withhold(t, c))
+            return false;
         if (used < 0) {
             sf_conn_flush(t, c); /* best effort: the replies to earlier frames */
             sf_conn_close(t, c);
@@ -471,16 +500,100 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
  * leaves only connections with output still to send. */
 static void sf_thread_begin_drain(sf_thread *t)
 {
-    if (t->index == 0 && t->server->listen_fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, t->server->listen_fd, NULL);
-        close(t->server->listen_fd);
-        t->server->listen_fd = -1;
+    sf_server *s = t->server;
+    if (t->index == 0 && s->listen_fd >= 0) {
+        if (s->listening)
+            epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+        s->listening = false;
     }
     sf_conn *next;
     for (sf_conn *c = t->conns; c != NULL; c = next) {
         next = c->next;
         c->draining = true;
         sf_conn_serve(t, c, true);
+    }
+}
+
+/* Closes every connection of this thread, unanswered, once after each time listening
+ * stopped: what they sent was read while the node served, or not at all. */
+static void sf_thread_drop_if_asked(sf_thread *t)
+{
+    unsigned epoch = atomic_load(&t->server->drop_epoch);
+    if (epoch == t->seen_drop_epoch)
+        return;
+    t->seen_drop_epoch = epoch;
+    uint64_t dropped = 0;
+    while (t->conns != NULL) {
+        sf_conn_close(t, t->conns);
+        dropped++;
+    }
+    sf_bump(&t->stats.connections_dropped, dropped);
+}
+
+/* Logs a failure to take the port back, at most every SF_LISTEN_RETRY_LOG_MS: it is
+ * retried every loop turn meanwhile. */
+static void sf_server_log_listen_error(sf_server *s, int64_t now, const char *message)
+{
+    if (now - s->last_listen_error_log_ms < SF_LISTEN_RETRY_LOG_MS)
+        return;
+    s->last_listen_error_log_ms = now;
+    g_warning("%s; retrying until it works", message);
+}
+
+/* Thread 0 makes the listener what the owner asked for: listening (and watched), or
+ * closed and replaced by a socket only bound, which keeps the port ours. */
+static void sf_thread_sync_listener(sf_thread *t, int64_t now)
+{
+    sf_server *s = t->server;
+    bool want = atomic_load(&s->want_listening);
+    if (want == s->listening && (want || s->listen_fd >= 0))
+        return;
+    if (!want && s->listening) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+        s->listening = false;
+        g_message("stopped accepting connections on port %d", s->port);
+    }
+    if (s->listen_fd < 0) {
+        GError *err = NULL;
+        s->listen_fd = sf_server_bind(s, &err);
+        if (s->listen_fd < 0) {
+            sf_server_log_listen_error(s, now, err->message);
+            g_error_free(err);
+            return;
+        }
+    }
+    if (!want)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
+    if (listen(s->listen_fd, SF_LISTEN_BACKLOG) != 0 ||
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        char *msg = g_strdup_printf("cannot listen on %s:%d again: %s (has another process "
+                                    "taken the port?)", s->bind_address, s->port,
+                                    g_strerror(errno));
+        sf_server_log_listen_error(s, now, msg);
+        g_free(msg);
+        close(s->listen_fd); /* a fresh bind next turn */
+        s->listen_fd = -1;
+        return;
+    }
+    s->listening = true;
+    g_message("accepting connections on port %d", s->port);
+}
+
+void sf_server_set_listening(sf_server *s, bool listening)
+{
+    bool was = atomic_exchange(&s->want_listening, listening);
+    if (!listening && was)
+        atomic_fetch_add(&s->drop_epoch, 1);
+    for (int i = 0; i < s->nthreads; i++) {
+        uint64_t one = 1;
+        sf_thread *t = &s->threads[i];
+        if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) != sizeof one)
+            g_warning("cannot wake server thread %d: %s", i, g_strerror(errno));
     }
 }
 
@@ -527,6 +640,11 @@ static void *sf_thread_main(void *arg)
             draining = true;
             sf_thread_begin_drain(t);
         }
+        if (!draining) {
+            sf_thread_drop_if_asked(t);
+            if (t->index == 0)
+                sf_thread_sync_listener(t, now);
+        }
         if (draining && (t->conns == NULL || now >= s->stop_deadline_ms))
             break;
         if (now - t->last_tick_ms >= SF_TICK_MS) {
@@ -539,15 +657,16 @@ static void *sf_thread_main(void *arg)
     return NULL;
 }
 
-/* Opens a non-blocking listening socket on address:port. */
-static int sf_server_listen(sf_server *s, GError **error)
+/* Opens a non-blocking socket bound to address:port, not listening yet (connects are
+ * refused); the first bind learns the port when opts.port is 0, later ones reuse it. */
+static int sf_server_bind(sf_server *s, GError **error)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
     char port[16];
-    snprintf(port, sizeof port, "%d", s->opts.port);
+    snprintf(port, sizeof port, "%d", s->port > 0 ? s->port : s->opts.port);
     int rc = getaddrinfo(s->bind_address, port, &hints, &res);
     if (rc != 0) {
         g_set_error(error, SF_SERVER_ERROR, 0,
@@ -562,11 +681,13 @@ static int sf_server_listen(sf_server *s, GError **error)
         return -1;
     }
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+    /* Connections we closed linger in TIME_WAIT; they must not keep us off our own port. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+        g_warning("SO_REUSEADDR on %s failed: %s", s->bind_address, g_strerror(errno));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
         g_set_error(error, SF_SERVER_ERROR, 0,
-                    "cannot listen on %s:%d: %s (is another server using the port?)",
-                    s->bind_address, s->opts.port, g_strerror(errno));
+                    "cannot bind %s:%s: %s (is another server using the port?)",
+                    s->bind_address, port, g_strerror(errno));
         close(fd);
         freeaddrinfo(res);
         return -1;
@@ -622,7 +743,20 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     atomic_init(&s->refused, 0);
     atomic_init(&s->last_refusal_log_ms, 0);
     atomic_init(&s->stopping, false);
-    s->listen_fd = sf_server_listen(s, error);
+    atomic_init(&s->want_listening, opts->listen_at_start);
+    atomic_init(&s->drop_epoch, 0);
+    s->listen_fd = sf_server_bind(s, error);
+    if (s->listen_fd >= 0 && opts->listen_at_start) {
+        if (listen(s->listen_fd, SF_LISTEN_BACKLOG) != 0) {
+            g_set_error(error, SF_SERVER_ERROR, 0,
+                        "cannot listen on %s:%d: %s (is another server using the port?)",
+                        s->bind_address, s->port, g_strerror(errno));
+            close(s->listen_fd);
+            s->listen_fd = -1;
+        } else {
+            s->listening = true;
+        }
+    }
     if (s->listen_fd < 0) {
         g_object_unref(s->processor);
         g_free(s->bind_address);
@@ -667,7 +801,7 @@ gboolean sf_server_start(sf_server *s, GError **error)
         }
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_wake};
         if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) != 0 ||
-            (i == 0 && (ev.data.ptr = &sf_tag_listener,
+            (i == 0 && s->listening && (ev.data.ptr = &sf_tag_listener,
                         epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0))) {
             g_set_error(error, SF_SERVER_ERROR, 0, "epoll_ctl failed: %s", g_strerror(errno));
             return FALSE;
@@ -752,7 +886,11 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
         out->frames_refused += atomic_load_explicit(&ts->frames_refused, memory_order_relaxed);
         out->idle_timeouts += atomic_load_explicit(&ts->idle_timeouts, memory_order_relaxed);
         out->frame_timeouts += atomic_load_explicit(&ts->frame_timeouts, memory_order_relaxed);
+        out->replies_withheld += atomic_load_explicit(&ts->replies_withheld, memory_order_relaxed);
+        out->connections_dropped +=
+            atomic_load_explicit(&ts->connections_dropped, memory_order_relaxed);
     }
+    out->listening = atomic_load(&s->want_listening);
     int open = atomic_load(&s->open_connections);
     out->connections_open = open > 0 ? (uint64_t)open : 0;
     out->connections_refused = atomic_load(&s->refused);

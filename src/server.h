@@ -3,6 +3,7 @@
 #define SF_SERVER_H
 
 #include <glib.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <thrift/c_glib/processor/thrift_processor.h>
 
@@ -17,6 +18,13 @@ typedef struct sf_server_options {
     int max_connections;       /* connections open at once; more are refused */
     int idle_timeout_ms;       /* close a silent connection after this; 0 = never */
     int frame_timeout_ms;      /* close a connection whose started frame stalls this long */
+    bool listen_at_start;      /* listen from sf_server_start (default); false = bound only,
+                                * connections refused until sf_server_set_listening */
+    /* When set, asked on the serving thread after each batch of requests is answered:
+     * TRUE = the replies must not be sent; the connection is closed unanswered instead
+     * (a transport error, which pooled clients retry elsewhere). NULL = always send. */
+    bool (*withhold_replies)(void *ctx);
+    void *withhold_ctx;
 } sf_server_options;
 
 /* Totals since start, summed over the threads when read. */
@@ -28,13 +36,16 @@ typedef struct sf_server_stats {
     uint64_t frames_refused;       /* oversized, malformed or truncated */
     uint64_t idle_timeouts;
     uint64_t frame_timeouts;
+    uint64_t replies_withheld;     /* connections closed unanswered by withhold_replies */
+    uint64_t connections_dropped;  /* closed when listening stopped */
+    bool listening;
 } sf_server_stats;
 
 /* Fills the defaults: 0.0.0.0:7609, 2 threads, 64 KiB frames, 16384
- * connections, 300 s idle, 10 s per frame. */
+ * connections, 300 s idle, 10 s per frame, listening from the start, replies always sent. */
 void sf_server_options_init(sf_server_options *opts);
 
-/* Binds and listens (nothing is served yet). processor is referenced and
+/* Binds, and listens when listen_at_start (nothing is served yet). processor is referenced and
  * shared by the threads. Returns NULL with *error set, naming the address and
  * the reason, when the options are out of range or the bind fails. */
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
@@ -45,6 +56,12 @@ int sf_server_port(const sf_server *s);
 
 /* Starts the threads that accept and answer. FALSE with *error on failure. */
 gboolean sf_server_start(sf_server *s, GError **error);
+
+/* Starts or stops accepting connections, from any thread; takes effect within one loop
+ * turn. Stopping closes the listening socket (connects are refused: pooled clients fail
+ * over) and closes every open connection without answering what it sent; the port stays
+ * bound (a fresh socket, not listening) so that listening can resume on the same port. */
+void sf_server_set_listening(sf_server *s, bool listening);
 
 /* Stops gracefully: closes the listener, answers the complete frames already
  * received, flushes replies, closes every connection, and joins the threads,

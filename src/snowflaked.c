@@ -123,6 +123,10 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "frames_refused", ss.frames_refused, "Oversized, malformed or truncated frames" },
         { "idle_timeouts", ss.idle_timeouts, "Connections closed after idle_timeout_ms" },
         { "frame_timeouts", ss.frame_timeouts, "Connections closed after frame_timeout_ms" },
+        { "replies_withheld", ss.replies_withheld,
+          "Connections closed unanswered: a refusal made while the port should be closed" },
+        { "connections_dropped", ss.connections_dropped,
+          "Connections closed when the port closed (fenced)" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
@@ -135,6 +139,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
                           "Datacenter id in use, -1 = none");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
                           "Thrift connections open");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "listening", NULL, ss.listening ? 1 : 0,
+                          "1 while the Thrift port accepts connections");
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(d->handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);
@@ -169,7 +175,24 @@ static gboolean sf_daemon_new_handler(sf_daemon *d)
     return TRUE;
 }
 
-/* Binds the Thrift port and starts answering, then starts the admin endpoint. */
+/* With the port open only while serving, a reply made while not serving (a refusal
+ * racing a fence, or a lease that ran out) is not sent: the connection is closed
+ * instead, which a legacy client retries on another node; it cannot decode the
+ * ServiceUnavailable this project's IDL added. Runs on the server's threads. */
+static bool sf_daemon_withhold_replies(void *ctx)
+{
+    (void)ctx;
+    return sf_handler_take_unavailable();
+}
+
+/* TRUE when the Thrift port follows the gate: registered, and not told to stay open. */
+static gboolean sf_daemon_port_follows_gate(const sf_daemon *d)
+{
+    return d->cfg.zk_hosts[0] != '\0' && !d->cfg.listen_while_not_serving;
+}
+
+/* Binds the Thrift port and starts answering (or, when the port follows the gate, only
+ * binds it until the node serves), then starts the admin endpoint. */
 static gboolean sf_daemon_listen(sf_daemon *d)
 {
     GError *err = NULL;
@@ -184,6 +207,10 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     so.max_connections = d->cfg.max_connections;
     so.idle_timeout_ms = d->cfg.idle_timeout_ms;
     so.frame_timeout_ms = d->cfg.frame_timeout_ms;
+    if (sf_daemon_port_follows_gate(d)) {
+        so.listen_at_start = false;
+        so.withhold_replies = sf_daemon_withhold_replies;
+    }
     d->server = sf_server_new(&so, proc, &err);
     g_object_unref(proc);
     if (d->server == NULL || !sf_server_start(d->server, &err)) {
@@ -191,7 +218,12 @@ static gboolean sf_daemon_listen(sf_daemon *d)
         g_error_free(err);
         return FALSE;
     }
-    g_message("listening on %s:%d", d->cfg.bind_address, sf_server_port(d->server));
+    if (sf_daemon_port_follows_gate(d))
+        g_message("bound %s:%d; listening on %s:%d only while serving ids "
+                  "(listen_while_not_serving = false)", d->cfg.bind_address,
+                  sf_server_port(d->server), d->cfg.bind_address, sf_server_port(d->server));
+    else
+        g_message("listening on %s:%d", d->cfg.bind_address, sf_server_port(d->server));
     if (d->cfg.admin_port != 0) {
         d->admin = sf_admin_start(d->cfg.admin_bind_address, d->cfg.admin_port,
                                   sf_daemon_collect, d, &err);
@@ -263,6 +295,16 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
         g_message("%s", message);
 }
 
+/* Closes the gate with reason and, when the port follows it, the port: connects are
+ * refused and open connections closed unanswered (a refusal made meanwhile is withheld,
+ * see sf_daemon_withhold_replies). */
+static void sf_daemon_close_gate(sf_daemon *d, const char *reason)
+{
+    if (sf_daemon_port_follows_gate(d))
+        sf_server_set_listening(d->server, false);
+    sf_handler_close(d->handler, reason);
+}
+
 /* The gate follows the registry: serving publishes, in one step, the worker for the id
  * held (its floor applied first), the open gate and the lease that came with the claim;
  * not serving closes the gate with the reason, which get_id and /health report. Runs on
@@ -273,12 +315,12 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
     sf_daemon *d = ctx;
     if (!serving) {
         g_warning("fenced: refusing ids: %s", reason);
-        sf_handler_close(d->handler, reason);
+        sf_daemon_close_gate(d, reason);
         return;
     }
     sf_worker *w = sf_daemon_worker_for(d, worker_id);
     if (w == NULL) {
-        sf_handler_close(d->handler, "cannot create the id worker");
+        sf_daemon_close_gate(d, "cannot create the id worker");
         return;
     }
     if (floor_ms >= 0)
@@ -288,6 +330,8 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
         g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
                   reason != NULL ? reason : "registered");
         sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
+        if (sf_daemon_port_follows_gate(d))
+            sf_server_set_listening(d->server, true);
     }
     g_mutex_unlock(&d->stop_lock);
 }

@@ -40,8 +40,16 @@ typedef struct client {
     SfThriftSnowflakeIf *iface;
 } client;
 
-/* Starts a server and handler on a free loopback port for one test. */
-static void start_server_with(int max_connections)
+/* The daemon's withholding rule: no reply made while refusing as not serving. */
+static bool withhold_refusals(void *ctx)
+{
+    (void)ctx;
+    return sf_handler_take_unavailable();
+}
+
+/* Starts a server and handler on a free loopback port for one test; follow_gate = bound
+ * only until asked to listen, and refusals withheld, as a registered daemon runs it. */
+static void start_server_full(int max_connections, bool follow_gate)
 {
     sf_worker_options wo;
     sf_error err;
@@ -63,6 +71,10 @@ static void start_server_with(int max_connections)
     so.max_connections = max_connections;
     so.idle_timeout_ms = TEST_IDLE_MS;
     so.frame_timeout_ms = TEST_FRAME_MS;
+    if (follow_gate) {
+        so.listen_at_start = false;
+        so.withhold_replies = withhold_refusals;
+    }
     GError *gerr = NULL;
     server = sf_server_new(&so, proc, &gerr);
     ck_assert_msg(server != NULL, "%s", gerr ? gerr->message : "?");
@@ -70,6 +82,11 @@ static void start_server_with(int max_connections)
     ck_assert(sf_server_start(server, &gerr));
     port = sf_server_port(server);
     ck_assert_int_gt(port, 0);
+}
+
+static void start_server_with(int max_connections)
+{
+    start_server_full(max_connections, false);
 }
 
 static void setup(void)
@@ -671,6 +688,76 @@ START_TEST(test_graceful_stop_answers_received_frames)
 }
 END_TEST
 
+/* errno of one connect to the test's port: 0 when it connected. */
+static int connect_errno(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
+/* Waits up to 3 s for connects to give want (0 = connected, or an errno). */
+static bool wait_connect_errno(int want)
+{
+    for (int i = 0; i < 150; i++) {
+        if (connect_errno() == want)
+            return true;
+        g_usleep(20000);
+    }
+    return false;
+}
+
+START_TEST(test_port_follows_listening)
+{
+    sf_server_free(server);
+    g_object_unref(handler);
+    start_server_full(1000, true);
+    /* Bound, not listening: the port is ours and refuses connects. */
+    ck_assert_int_eq(connect_errno(), ECONNREFUSED);
+    sf_server_set_listening(server, true);
+    ck_assert_msg(wait_connect_errno(0), "the port never opened");
+    int fd = raw_connect();
+    client *c = client_open();
+    ck_assert_int_gt(client_get_id(c, "open"), 0);
+    /* Closing: open connections are closed unanswered, and connects refused. */
+    sf_server_set_listening(server, false);
+    ck_assert_msg(wait_closed(fd, 3000), "an open connection outlived the closed port");
+    close(fd);
+    ck_assert_msg(wait_connect_errno(ECONNREFUSED), "connects still accepted");
+    client_close(c);
+    sf_server_stats ss;
+    sf_server_get_stats(server, &ss);
+    ck_assert_uint_ge(ss.connections_dropped, 2);
+    ck_assert(!ss.listening);
+    /* Open again on the same port. */
+    sf_server_set_listening(server, true);
+    ck_assert_msg(wait_connect_errno(0), "the port never opened again");
+    c = client_open();
+    ck_assert_int_gt(client_get_id(c, "again"), 0);
+    client_close(c);
+    /* A refusal is never sent: the connection is closed instead. */
+    sf_handler_close(handler, "test: not serving");
+    fd = raw_connect();
+    GByteArray *req = g_byte_array_new();
+    append_get_id_frame(req, 1, "refused");
+    send_all(fd, req->data, req->len);
+    g_byte_array_free(req, TRUE);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&pf, 1, 3000), 1);
+    uint8_t byte;
+    ssize_t n = recv(fd, &byte, 1, 0);
+    ck_assert_msg(n == 0 || (n < 0 && errno == ECONNRESET),
+                  "a refusal was answered (%zd bytes) instead of closing", n);
+    close(fd);
+    sf_server_get_stats(server, &ss);
+    ck_assert_uint_eq(ss.replies_withheld, 1);
+}
+END_TEST
+
 /* Feeds the admin endpoint from the test's handler and server. */
 static void collect_for_test(sf_admin_snapshot *snap, void *ctx)
 {
@@ -776,6 +863,7 @@ static Suite *server_suite(void)
     tcase_add_test(tc, test_per_agent_counts);
     tcase_add_test(tc, test_max_connections);
     tcase_add_test(tc, test_graceful_stop_answers_received_frames);
+    tcase_add_test(tc, test_port_follows_listening);
     tcase_add_test(tc, test_admin_endpoints);
     suite_add_tcase(s, tc);
     return s;

@@ -7,16 +7,20 @@ the test ends."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
 import sftest
 from sftest import Server, ServiceUnavailable, decode, expect_raises
+from thrift.transport import TTransport
 
 PY = "/usr/bin/python3"
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SESSION_MS = 2000
 ZK = sftest.ZooKeeper()
+# The port kept open while not serving: refusals are typed (ServiceUnavailable).
+TYPED = ["--set", "snowflake.listen_while_not_serving=true"]
 
 
 def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=False):
@@ -46,15 +50,16 @@ def refused(server, text, timeout=15.0):
 
 def assert_serving_again(server, worker_id, timeout=20.0):
     """After fencing: the server claims worker_id again, hands out its ids and
-    says so in /health and its log."""
+    says so in /health and its log. While it is fenced its port may be closed or the
+    call refused, depending on listen_while_not_serving."""
     deadline = time.time() + timeout
     worker = None
     while time.time() < deadline and worker is None:
-        with server.client() as api:
-            try:
+        try:
+            with server.client() as api:
                 worker = decode(api.get_id("zktest"))[2]
-            except ServiceUnavailable:
-                time.sleep(0.2)
+        except (ServiceUnavailable, TTransport.TTransportException, OSError):
+            time.sleep(0.2)
     assert worker == worker_id, "not serving again as %d (%r); log:\n%s" % (
         worker_id, worker, server.log())
     assert server.http("/health")[0] == 200
@@ -103,10 +108,11 @@ def static_claim_conflict_and_sigterm():
 
 
 def ids_refused_until_startup_sleep_ends():
-    """After the claim and during startup_sleep_ms the node answers its worker id (peers
-    may check it) but refuses get_id; then it serves."""
+    """With listen_while_not_serving, after the claim and during startup_sleep_ms the
+    node answers its worker id (peers may check it) but refuses get_id with
+    ServiceUnavailable; then it serves."""
     s = zk_server("/sleep", worker_id=3,
-                  extra=["--set", "snowflake.startup_sleep_ms=1500"]).start()
+                  extra=["--set", "snowflake.startup_sleep_ms=1500"] + TYPED).start()
     s.wait_for(r"waiting startup_sleep_ms")
     with s.client() as api:
         assert api.get_worker_id() == 3
@@ -218,19 +224,33 @@ def peer_clock_30_seconds_ahead():
 
 
 def unreachable_peer():
-    """A registered peer nobody answers for stops start-up, naming it; with
-    skip_unreachable_peers the server starts."""
+    """A registered peer that takes the connection but never answers stops start-up,
+    naming it; with skip_unreachable_peers the server starts. A peer whose port refuses
+    connections is not serving (a node closes its port while starting or fenced) and is
+    skipped with a warning."""
     zk = ZK.client()
+    mute = socket.socket()
     try:
-        gone = "127.0.0.1:%d" % dead_port()
-        zk.create("/unreach/4", gone.encode(), ephemeral=True, makepath=True)
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)  # the kernel completes connects; nobody ever reads or answers
+        silent = "127.0.0.1:%d" % mute.getsockname()[1]
+        zk.create("/unreach/4", silent.encode(), ephemeral=True, makepath=True)
         s = zk_server("/unreach", worker_id=1).start()
-        refused(s, "peer %s holding worker id 4 under /unreach is unreachable" % gone)
+        refused(s, "peer %s holding worker id 4 under /unreach is unreachable" % silent)
         s = zk_server("/unreach", worker_id=1,
                       extra=["--set", "snowflake.skip_unreachable_peers=true"]).start()
         assert serving(s) == 1
         s.stop()
+        zk.delete("/unreach/4")
+        closed = "127.0.0.1:%d" % dead_port()
+        zk.create("/unreach/4", closed.encode(), ephemeral=True)
+        s = zk_server("/unreach", worker_id=1).start()
+        assert serving(s) == 1, s.log()
+        assert "peer %s (worker id 4) refuses connections: not serving" % closed in s.log(), \
+            s.log()
+        s.stop()
     finally:
+        mute.close()
         zk.stop()
 
 
@@ -305,10 +325,10 @@ def ops_tool_against_live_holders():
 
 
 def fencing_and_reregistration():
-    """ZooKeeper down longer than the session timeout: ids are refused with
-    ServiceUnavailable and /health is 503 with the reason; once it is back the node
-    registers again and serves."""
-    s = zk_server("/fence", worker_id=7, admin=True).start()
+    """ZooKeeper down longer than the session timeout: with listen_while_not_serving,
+    ids are refused with ServiceUnavailable and /health is 503 with the reason; once it
+    is back the node registers again and serves."""
+    s = zk_server("/fence", worker_id=7, admin=True, extra=TYPED).start()
     serving(s)
     with s.client() as api:
         api.get_id("zktest")
@@ -355,12 +375,20 @@ def freeze(pid, timeout=5.0):
     raise AssertionError("process %d did not stop within %.0f s" % (pid, timeout))
 
 
-def frozen_node_refuses_queued_request():
+def frozen_node_closes_queued_request():
+    """The default (port closed while not serving) of the check below."""
+    frozen_node_refuses_queued_request(False)
+
+
+def frozen_node_refuses_queued_request(typed):
     """A node frozen (SIGSTOP) for 3x its session timeout with a get_id already written
-    to its socket answers it with ServiceUnavailable, never an id: ZooKeeper expired the
-    session meanwhile and another node may hold the id, and the lease ran out before the
-    registry's thread could notice. Then the node registers again and serves."""
-    s = zk_server("/frozen", worker_id=8, admin=True).start()
+    to its socket never answers it with an id: ZooKeeper expired the session meanwhile and
+    another node may hold the id, and the lease ran out before the registry's thread could
+    notice. With listen_while_not_serving the answer is ServiceUnavailable; by default the
+    connection is closed unanswered (the port closes while fenced). Then the node registers
+    again and serves."""
+    s = zk_server("/frozen-%s" % typed, worker_id=8, admin=True,
+                  extra=TYPED if typed else ()).start()
     try:
         assert serving(s) == 8
         client = s.client(timeout=30.0)
@@ -377,7 +405,11 @@ def frozen_node_refuses_queued_request():
                 raise AssertionError("a frozen node handed out id %d (worker %d) after its "
                                      "session expired; log:\n%s" % (id_, decode(id_)[2], s.log()))
             except ServiceUnavailable as e:
+                assert typed, "a refusal a legacy client cannot decode: %s" % e.message
                 assert "ZooKeeper" in e.message, e.message
+            except TTransport.TTransportException:
+                assert not typed, "the connection was closed although the port stays open"
+                assert s.wait_for(r"stopped accepting connections on port %d" % s.port)
         finally:
             client.close()
         assert_serving_again(s, 8)
@@ -406,7 +438,8 @@ def main():
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
     r.run(fencing_and_reregistration)
-    r.run(frozen_node_refuses_queued_request)
+    r.run(frozen_node_closes_queued_request)
+    r.run(frozen_node_refuses_queued_request, True)
     r.finish()
 
 
