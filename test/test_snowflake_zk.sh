@@ -33,6 +33,10 @@ expect "list shows recorded timestamp of 5" "echo \"\$out\" | grep -q '^5 .*1700
 expect "list shows free ids without 3 and 5" "echo \"\$out\" | grep -q '^free: 0 1 2 4 6 7'"
 out=$($T --json list)
 expect "list --json counts 30 free" "[ \"\$(echo \"\$out\" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)[\"free\"]))')\" = 30 ]"
+out=$($TOOL list --json --zookeeper "$hosts")
+expect "options after the command: list --json --zookeeper" "[ \"\$(echo \"\$out\" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)[\"free\"]))')\" = 30 ]"
+out=$($TOOL list --timeout-ms 0 --zookeeper "$hosts" 2>&1); rc=$?
+expect "a timeout out of range is refused naming the range" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q '1..600000'"
 out=$($T inspect 3)
 expect "inspect names the holder and its silence" "echo \"\$out\" | grep -q 'does not answer'"
 out=$($T inspect 9)
