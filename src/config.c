@@ -67,6 +67,14 @@ static const sf_key sf_keys[] = {
     { "zookeeper", "state_interval_ms", SF_KEY_INT, SF_FIELD(zk_state_interval_ms), 100, 60000 },
     { "admin", "http_port", SF_KEY_INT, SF_FIELD(admin_port), 0, 65535 },
     { "admin", "bind_address", SF_KEY_ADDRESS, SF_FIELD(admin_bind_address), 0, 0 },
+    { "audit", "sink", SF_KEY_STRING, SF_FIELD(audit_sink), 0, 0 },
+    { "audit", "scribe_host", SF_KEY_STRING, SF_FIELD(audit_scribe_host), 0, 0 },
+    { "audit", "scribe_port", SF_KEY_INT, SF_FIELD(audit_scribe_port), 1, 65535 },
+    { "audit", "category", SF_KEY_STRING, SF_FIELD(audit_category), 0, 0 },
+    { "audit", "socket_timeout_ms", SF_KEY_INT, SF_FIELD(audit_socket_timeout_ms), 1, 600000 },
+    { "audit", "batch_size", SF_KEY_INT, SF_FIELD(audit_batch_size), 1, 10000 },
+    { "audit", "queue_size", SF_KEY_INT, SF_FIELD(audit_queue_size), 1, 10000000 },
+    { "audit", "file", SF_KEY_STRING, SF_FIELD(audit_file), 0, 0 },
 };
 
 static const char *const sf_log_levels[] = { "error", "warning", "info", "debug", NULL };
@@ -96,6 +104,14 @@ void sf_config_init(sf_config *cfg)
     cfg->zk_state_interval_ms = 2000;
     cfg->admin_port = 9990;
     cfg->admin_bind_address = g_strdup("127.0.0.1");
+    cfg->audit_sink = g_strdup("none");
+    cfg->audit_scribe_host = g_strdup("localhost");
+    cfg->audit_scribe_port = 1463;
+    cfg->audit_category = g_strdup("snowflake");
+    cfg->audit_socket_timeout_ms = 5000;
+    cfg->audit_batch_size = 100;
+    cfg->audit_queue_size = 100000;
+    cfg->audit_file = g_strdup("");
 }
 
 void sf_config_clear(sf_config *cfg)
@@ -505,6 +521,26 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
                     "[snowflake] epoch_ms = %" G_GINT64_FORMAT " is in the future: allowed a "
                     "time in ms before now (default %lld, Twitter's epoch)",
                     cfg->epoch_ms, (long long)SF_TWITTER_EPOCH_MS);
+        return FALSE;
+    }
+    if (strcmp(cfg->audit_sink, "none") != 0 && strcmp(cfg->audit_sink, "scribe") != 0 &&
+        strcmp(cfg->audit_sink, "file") != 0) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
+                    "[audit] sink = '%s' is not valid: allowed none, scribe or file",
+                    cfg->audit_sink);
+        return FALSE;
+    }
+    if (strcmp(cfg->audit_sink, "file") == 0 && cfg->audit_file[0] == '\0') {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
+                    "[audit] sink = file needs [audit] file: the path of the JSON-lines file "
+                    "to append to");
+        return FALSE;
+    }
+    if (strcmp(cfg->audit_sink, "scribe") == 0 &&
+        (cfg->audit_scribe_host[0] == '\0' || cfg->audit_category[0] == '\0')) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
+                    "[audit] sink = scribe needs a scribe_host (default localhost) and a "
+                    "category (default snowflake)");
         return FALSE;
     }
     if (cfg->admin_port != 0 && cfg->admin_port == cfg->server_port) {

@@ -55,6 +55,16 @@ typedef struct sf_config {
     /* [admin] */
     int admin_port;                   /* 0..65535, default 9990; 0 = disabled */
     char *admin_bind_address;         /* default 127.0.0.1 */
+
+    /* [audit] */
+    char *audit_sink;                 /* none|scribe|file, default none */
+    char *audit_scribe_host;          /* default localhost */
+    int audit_scribe_port;            /* 1..65535, default 1463 */
+    char *audit_category;             /* default snowflake */
+    int audit_socket_timeout_ms;      /* 1..600000, default 5000 */
+    int audit_batch_size;             /* 1..10000, default 100 */
+    int audit_queue_size;             /* 1..10000000, default 100000 */
+    char *audit_file;                 /* the JSON-lines file for sink = file */
 } sf_config;
 
 /* Sets every field to its default. */

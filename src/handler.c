@@ -54,6 +54,8 @@ struct _SfHandler {
     GPtrArray *retired;     /* every worker ever published, freed at finalize */
     char *reason;
     sf_handler_stripe *stripes;
+    sf_handler_audit_fn audit; /* told of every id handed out; set before serving */
+    void *audit_ctx;
 };
 
 struct _SfHandlerClass {
@@ -209,6 +211,12 @@ static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under
     return FALSE;
 }
 
+void sf_handler_set_audit(SfHandler *h, sf_handler_audit_fn fn, void *ctx)
+{
+    h->audit = fn;
+    h->audit_ctx = ctx;
+}
+
 gboolean sf_handler_take_unavailable(void)
 {
     gboolean refused = sf_handler_refused_here;
@@ -306,6 +314,8 @@ static gboolean sf_handler_do_get_id(SfThriftSnowflakeIf *iface, gint64 *_return
     }
     *_return = id;
     sf_handler_count_ids(h, useragent, 1);
+    if (h->audit != NULL)
+        h->audit(h->audit_ctx, &id, 1, useragent);
     return TRUE;
 }
 
@@ -348,6 +358,8 @@ static gboolean sf_handler_do_get_ids(SfThriftSnowflakeIf *iface, GArray **_retu
         return FALSE;
     }
     sf_handler_count_ids(h, useragent, (uint64_t)count);
+    if (h->audit != NULL)
+        h->audit(h->audit_ctx, (const int64_t *)(const void *)ids->data, (size_t)count, useragent);
     return TRUE;
 }
 

@@ -68,6 +68,13 @@ sf_worker *sf_handler_current_worker(SfHandler *h);
  * *reason receives a newly allocated explanation (free with g_free). */
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);
 
+/* Told of the ids of every call that hands them out, once they passed the check after
+ * generation, on the request's thread: it must not block. */
+typedef void (*sf_handler_audit_fn)(void *ctx, const int64_t *ids, size_t n, const char *agent);
+
+/* Sets the audit hook (NULL = none). Call before requests arrive. */
+void sf_handler_set_audit(SfHandler *h, sf_handler_audit_fn fn, void *ctx);
+
 /* TRUE when a call made on this thread since the last call to this function was refused
  * with ServiceUnavailable (not serving, or fenced while its ids were made); clears it. A
  * server that must not answer such calls (legacy clients cannot decode the exception)

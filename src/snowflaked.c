@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "audit.h"
 #include "config.h"
 #include "handler.h"
 #include "peer.h"
@@ -28,6 +29,7 @@ typedef struct sf_daemon {
     SfHandler *handler;
     sf_server *server;
     sf_admin *admin;
+    sf_audit *audit;         /* NULL when [audit] sink = none */
     sf_registry *registry;   /* NULL when standalone */
     int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
     /* One worker per worker id ever held (owned by the handler), so that a node fenced
@@ -97,8 +99,10 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
     sf_daemon *d = ctx;
     sf_handler_stats hs;
     sf_server_stats ss;
+    sf_audit_stats as;
     sf_handler_get_stats(d->handler, &hs);
     sf_server_get_stats(d->server, &ss);
+    sf_audit_get_stats(d->audit, &as);
     const struct {
         const char *name;
         uint64_t value;
@@ -127,6 +131,12 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
           "Connections closed unanswered: a refusal made while the port should be closed" },
         { "connections_dropped", ss.connections_dropped,
           "Connections closed when the port closed (fenced)" },
+        { "audit_sent", as.sent, "Audit entries the sink accepted" },
+        { "audit_dropped", as.dropped,
+          "Audit entries dropped: the queue was full, or undelivered at stop" },
+        { "scribe_enqueue_failures", as.dropped, "The original's name for audit_dropped" },
+        { "audit_send_failures", as.send_failures,
+          "Failed deliveries to the audit sink (their entries are retried)" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
@@ -141,6 +151,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
                           "Thrift connections open");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "listening", NULL, ss.listening ? 1 : 0,
                           "1 while the Thrift port accepts connections");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "audit_queue_length", NULL, (int64_t)as.queued,
+                          "Audit entries waiting for the sink");
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(d->handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);
@@ -163,6 +175,43 @@ static gboolean sf_daemon_block_signals(sf_daemon *d)
         g_critical("cannot create a signalfd: %s", g_strerror(errno));
         return FALSE;
     }
+    return TRUE;
+}
+
+/* Hands the ids of each call to the audit log's queue (never waits for its sink). */
+static void sf_daemon_audit(void *ctx, const int64_t *ids, size_t n, const char *agent)
+{
+    sf_audit_record(ctx, ids, n, agent);
+}
+
+/* Starts the audit log when [audit] sink is set, and hooks it to the handler. */
+static gboolean sf_daemon_start_audit(sf_daemon *d)
+{
+    sf_audit_options ao;
+    sf_audit_options_init(&ao);
+    if (strcmp(d->cfg.audit_sink, "none") == 0)
+        return TRUE;
+    ao.sink = strcmp(d->cfg.audit_sink, "scribe") == 0 ? SF_AUDIT_SCRIBE : SF_AUDIT_FILE;
+    ao.scribe_host = d->cfg.audit_scribe_host;
+    ao.scribe_port = d->cfg.audit_scribe_port;
+    ao.category = d->cfg.audit_category;
+    ao.socket_timeout_ms = d->cfg.audit_socket_timeout_ms;
+    ao.batch_size = d->cfg.audit_batch_size;
+    ao.queue_size = d->cfg.audit_queue_size;
+    ao.file = d->cfg.audit_file;
+    GError *err = NULL;
+    d->audit = sf_audit_start(&ao, &err);
+    if (d->audit == NULL) {
+        g_critical("%s", err->message);
+        g_error_free(err);
+        return FALSE;
+    }
+    sf_handler_set_audit(d->handler, sf_daemon_audit, d->audit);
+    if (ao.sink == SF_AUDIT_SCRIBE)
+        g_message("audit log to scribe at %s:%d, category %s", ao.scribe_host, ao.scribe_port,
+                  ao.category);
+    else
+        g_message("audit log appended to %s", ao.file);
     return TRUE;
 }
 
@@ -539,6 +588,9 @@ static void sf_daemon_shutdown(sf_daemon *d)
         sf_registry_close(d->registry);
         d->registry = NULL;
     }
+    /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
+    sf_audit_stop(d->audit, d->cfg.audit_socket_timeout_ms);
+    d->audit = NULL;
     sf_admin_stop(d->admin);
     sf_server_free(d->server);
     if (d->handler != NULL)
@@ -573,7 +625,7 @@ int main(int argc, char **argv)
     int status = 1;
     /* With ZooKeeper: listen first, so peers starting now can check us, then register. */
     gboolean registered = d.cfg.zk_hosts[0] != '\0';
-    if (sf_daemon_block_signals(&d) && sf_daemon_new_handler(&d) &&
+    if (sf_daemon_block_signals(&d) && sf_daemon_new_handler(&d) && sf_daemon_start_audit(&d) &&
         (registered || sf_daemon_use_static_id(&d)) && sf_daemon_listen(&d)) {
         if (!registered || sf_daemon_start_up_registered(&d)) {
             sf_daemon_wait_signal(&d, -1, "");

@@ -8,7 +8,9 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/thrift_struct.h>
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
+#include <thrift/c_glib/transport/thrift_memory_buffer.h>
 
+#include "sf_scribe_scribe.h"
 #include "sf_thrift_snowflake.h"
 #include "sf_thrift_snowflake_types.h"
 
@@ -57,10 +59,28 @@ static void sf_thrift_fix_register_types(void)
         SF_THRIFT_TYPE_SNOWFLAKE_GET_DATACENTER_ID_RESULT,
         SF_THRIFT_TYPE_SNOWFLAKE_GET_IDS_ARGS,
         SF_THRIFT_TYPE_SNOWFLAKE_GET_IDS_RESULT,
+        SF_SCRIBE_TYPE_LOG_ENTRY,
+        SF_SCRIBE_TYPE_SCRIBE_LOG_ARGS,
+        SF_SCRIBE_TYPE_SCRIBE_LOG_RESULT,
     };
     for (size_t i = 0; i < G_N_ELEMENTS(types); i++)
         g_type_ensure(types[i]);
     g_type_ensure(THRIFT_TYPE_APPLICATION_EXCEPTION);
+}
+
+/* Makes type's finalize chain up, if the type has a finalize of its own: one it
+ * inherited already chains (wrapping it would run the parent's twice). The class
+ * stays referenced for the life of the process. */
+static void sf_thrift_fix_wrap(GType type)
+{
+    GObjectClass *klass = g_type_class_ref(type);
+    GObjectClass *parent = g_type_class_peek(g_type_parent(type));
+    if (klass->finalize == parent->finalize || klass->finalize == sf_thrift_fix_finalize_chained)
+        return;
+    sf_thrift_fix_entries[sf_thrift_fix_count].type = type;
+    sf_thrift_fix_entries[sf_thrift_fix_count].finalize = klass->finalize;
+    sf_thrift_fix_count++;
+    klass->finalize = sf_thrift_fix_finalize_chained;
 }
 
 void sf_thrift_fix_finalize(void)
@@ -74,6 +94,7 @@ void sf_thrift_fix_finalize(void)
     for (guint i = 0; i < n; i++) {
         /* The library's own application exception has the same flaw. */
         if (!g_str_has_prefix(g_type_name(children[i]), "SfThrift") &&
+            !g_str_has_prefix(g_type_name(children[i]), "SfScribe") &&
             children[i] != THRIFT_TYPE_APPLICATION_EXCEPTION)
             continue;
         if (sf_thrift_fix_count == SF_THRIFT_FIX_MAX) {
@@ -81,24 +102,15 @@ void sf_thrift_fix_finalize(void)
                        SF_THRIFT_FIX_MAX);
             break;
         }
-        /* The class stays referenced for the life of the process. */
-        GObjectClass *klass = g_type_class_ref(children[i]);
-        sf_thrift_fix_entries[sf_thrift_fix_count].type = children[i];
-        sf_thrift_fix_entries[sf_thrift_fix_count].finalize = klass->finalize;
-        sf_thrift_fix_count++;
-        klass->finalize = sf_thrift_fix_finalize_chained;
+        sf_thrift_fix_wrap(children[i]);
     }
     g_free(children);
-    /* So do the library's framed transport and binary protocol, which every
-     * client connection (peer checks, the CLI) creates and drops. */
-    const GType library[] = { THRIFT_TYPE_FRAMED_TRANSPORT, THRIFT_TYPE_BINARY_PROTOCOL };
-    for (size_t i = 0; i < G_N_ELEMENTS(library) && sf_thrift_fix_count < SF_THRIFT_FIX_MAX; i++) {
-        GObjectClass *klass = g_type_class_ref(library[i]);
-        sf_thrift_fix_entries[sf_thrift_fix_count].type = library[i];
-        sf_thrift_fix_entries[sf_thrift_fix_count].finalize = klass->finalize;
-        sf_thrift_fix_count++;
-        klass->finalize = sf_thrift_fix_finalize_chained;
-    }
+    /* So do the library's framed transport and memory buffer, which every client
+     * connection (peer checks, the CLI, the audit log) creates and drops. */
+    const GType library[] = { THRIFT_TYPE_FRAMED_TRANSPORT, THRIFT_TYPE_BINARY_PROTOCOL,
+                              THRIFT_TYPE_MEMORY_BUFFER };
+    for (size_t i = 0; i < G_N_ELEMENTS(library) && sf_thrift_fix_count < SF_THRIFT_FIX_MAX; i++)
+        sf_thrift_fix_wrap(library[i]);
     g_once_init_leave(&done, 1);
 }
 

@@ -3,12 +3,14 @@
 #ifndef SF_THRIFT_FIX_H
 #define SF_THRIFT_FIX_H
 
-/* Patches every generated SfThrift* struct class, and the library's
- * ThriftApplicationException, ThriftFramedTransport and ThriftBinaryProtocol,
- * so that finalizing an instance also runs its parent's finalize. Without it
- * each instance leaks the GObject data GLib attaches during g_object_unref
- * (about 32 bytes per request and reply, 96 per client connection). Idempotent and thread-safe; call before the first
- * Thrift call in any program that uses the generated code. */
+/* Patches every generated SfThrift* and SfScribe* struct class, and the library's
+ * ThriftApplicationException, ThriftFramedTransport, ThriftBinaryProtocol and
+ * ThriftMemoryBuffer, so that finalizing an instance also runs its parent's finalize;
+ * a class without a finalize of its own (it inherits one that chains) is left alone.
+ * Without it each instance leaks the GObject data GLib attaches during g_object_unref
+ * (about 32 bytes per request and reply, 96 per client connection). Idempotent and
+ * thread-safe; call before the first Thrift call in any program that uses the
+ * generated code. */
 void sf_thrift_fix_finalize(void);
 
 /* Replaces two steps of the library's request processing with ones that

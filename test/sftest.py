@@ -337,6 +337,16 @@ class Runner:
         sys.exit(1 if self.failed else 0)
 
 
+def wait_until(cond, timeout, what):
+    """Polls cond() every 50 ms until it is true; fails with "not <what>" after timeout s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("not %s within %.0f s" % (what, timeout))
+
+
 def expect_raises(exc_type, func, *args):
     """Calls func and returns the exception of exc_type it raises; fails otherwise."""
     try:

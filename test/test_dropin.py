@@ -16,7 +16,7 @@ import threading
 import time
 
 import sftest
-from sftest import Server, decode
+from sftest import Server, decode, wait_until
 
 sys.path.insert(0, os.path.join(sftest.TOP_BUILDDIR, "thrift", "gen-py-legacy"))
 from legacy_snowflake import Snowflake as Legacy  # noqa: E402  (generated at build time)
@@ -139,15 +139,6 @@ def refuses_connections(port):
         return False
     except ConnectionRefusedError:
         return True
-
-
-def wait_until(cond, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("not %s within %.0f s" % (what, timeout))
 
 
 def health(server):

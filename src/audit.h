@@ -1,0 +1,62 @@
+/* audit.h -- sf_audit: the audit log of every id handed out, sent to scribe as the original's
+ * Reporter did, or appended to a JSON-lines file, from a queue that never slows generation. */
+#ifndef SF_AUDIT_H
+#define SF_AUDIT_H
+
+#include <glib.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sf_audit sf_audit;
+
+typedef enum {
+    SF_AUDIT_NONE,   /* no audit log */
+    SF_AUDIT_SCRIBE, /* scribe's Log(list<LogEntry>), framed transport, binary protocol */
+    SF_AUDIT_FILE,   /* one JSON object per line, appended to a file */
+} sf_audit_sink;
+
+/* Settings; start from sf_audit_options_init(). */
+typedef struct sf_audit_options {
+    sf_audit_sink sink;
+    const char *scribe_host;   /* default "localhost", as the original */
+    int scribe_port;           /* default 1463 */
+    const char *category;      /* scribe category, default "snowflake" */
+    int socket_timeout_ms;     /* connect and each reply, default 5000 */
+    int batch_size;            /* entries per Log call or file write, default 100 */
+    int queue_size;            /* entries waiting at most; more are dropped, default 100000 */
+    const char *file;          /* the JSON-lines file (SF_AUDIT_FILE) */
+} sf_audit_options;
+
+/* Totals since start. */
+typedef struct sf_audit_stats {
+    uint64_t sent;           /* entries the sink accepted */
+    uint64_t dropped;        /* entries not queued: the queue was full (the original's
+                              * scribe_enqueue_failures), or undelivered at stop */
+    uint64_t send_failures;  /* failed Log calls or writes; their entries are retried */
+    uint64_t queued;         /* entries waiting now */
+} sf_audit_stats;
+
+/* The defaults listed above, sink SF_AUDIT_NONE. */
+void sf_audit_options_init(sf_audit_options *opts);
+
+/* Checks the options and starts the sender thread. A sink that is down is not an error
+ * here: entries queue and are sent once it answers. NULL with *error naming the bad value
+ * and its range, or the file that cannot be opened. */
+sf_audit *sf_audit_start(const sf_audit_options *opts, GError **error);
+
+/* Queues one entry per id, each with a random 64-bit tag, for the sender thread. Never
+ * waits for the sink: when the queue is full the ids are counted as dropped. agent is
+ * copied. Thread-safe. */
+void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agent);
+
+void sf_audit_get_stats(sf_audit *a, sf_audit_stats *out);
+
+/* Call after the last sf_audit_record (the server stopped). Delivers what is queued,
+ * waiting at most timeout_ms, counts the rest as dropped (and
+ * logs how many), stops the thread and frees a. NULL is allowed. */
+void sf_audit_stop(sf_audit *a, int timeout_ms);
+
+#define SF_AUDIT_ERROR (sf_audit_error_quark())
+GQuark sf_audit_error_quark(void);
+
+#endif /* SF_AUDIT_H */

@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""test_audit.py -- the audit log against a real scribe receiver generated from
+thrift/scribe.thrift (framed transport, binary protocol): every id handed out arrives as
+one AuditLogEntry {id, useragent, tag}, base64 of its binary serialization plus a newline,
+in category "snowflake"; nothing is lost while the receiver is down or at SIGTERM; under
+overload the drops are counted; the JSON-lines file sink holds the same. Every process and
+receiver is stopped however the test ends."""
+import base64
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+import sftest
+from sftest import Server, wait_until
+
+from scribe_thrift import Scribe  # noqa: E402  (generated at build time)
+from scribe_thrift.ttypes import ResultCode  # noqa: E402
+from snowflake_thrift.ttypes import AuditLogEntry  # noqa: E402
+from thrift.protocol import TBinaryProtocol  # noqa: E402
+from thrift.server import TServer  # noqa: E402
+from thrift.transport import TSocket, TTransport  # noqa: E402
+
+
+class Receiver:
+    """A scribe server on a loopback port: decodes every message it gets; answers
+    TRY_LATER while refusing is set."""
+
+    def __init__(self, port=0):
+        self.entries = []
+        self.categories = set()
+        self.bad = []
+        self.calls = 0
+        self.refusing = False
+        self.lock = threading.Lock()
+        self.sock = TSocket.TServerSocket(host="127.0.0.1", port=port)
+        self.sock.listen()
+        self.port = self.sock.handle.getsockname()[1]
+        server = TServer.TThreadedServer(Scribe.Processor(self), self.sock,
+                                         TTransport.TFramedTransportFactory(),
+                                         TBinaryProtocol.TBinaryProtocolFactory(),
+                                         daemon=True)
+        server.serverTransport.listen = lambda: None  # already listening
+        threading.Thread(target=self._serve, args=(server,), daemon=True).start()
+
+    def _serve(self, server):
+        try:
+            server.serve()
+        except Exception:  # the socket was closed: the receiver is stopped
+            pass
+
+    def Log(self, messages):
+        with self.lock:
+            self.calls += 1
+            if self.refusing:
+                return ResultCode.TRY_LATER
+            for m in messages:
+                self.categories.add(m.category)
+                if not m.message.endswith("\n"):
+                    self.bad.append(m.message)
+                    continue
+                raw = base64.b64decode(m.message[:-1])
+                entry = AuditLogEntry()
+                entry.read(TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(raw)))
+                self.entries.append(entry)
+            return ResultCode.OK
+
+    def count(self):
+        with self.lock:
+            return len(self.entries)
+
+    def close(self):
+        self.sock.close()
+
+
+def audited(receiver, port, extra=()):
+    args = ["--set", "audit.sink=scribe", "--set", "audit.scribe_host=127.0.0.1",
+            "--set", "audit.scribe_port=%d" % port] + list(extra)
+    return Server(args, admin=True).start()
+
+
+def counters(server):
+    status, body = server.http("/stats.json")
+    assert status == 200, (status, body)
+    data = json.loads(body)
+    return data["counters"], data["gauges"]
+
+
+def take_ids(server, singles, batches, batch=1000):
+    """singles get_id calls (agent audit-one) and batches get_ids calls (audit-many)."""
+    ids = {}
+    with server.client() as api:
+        for _ in range(singles):
+            ids[api.get_id("audit-one")] = "audit-one"
+        for _ in range(batches):
+            for i in api.get_ids("audit-many", batch):
+                ids[i] = "audit-many"
+    return ids
+
+
+def assert_exactly(receiver, ids):
+    """The receiver got exactly one entry per id, with the agent that got it."""
+    got = {}
+    for e in receiver.entries:
+        assert e.id not in got, "id %d audited twice" % e.id
+        got[e.id] = e
+    assert set(got) == set(ids), "audited %d ids, handed out %d; missing %r, extra %r" % (
+        len(got), len(ids), sorted(set(ids) - set(got))[:5], sorted(set(got) - set(ids))[:5])
+    for i, agent in ids.items():
+        assert got[i].useragent == agent, (i, got[i].useragent, agent)
+    assert len({e.tag for e in receiver.entries}) > len(ids) // 2, "tags are not random"
+    assert receiver.categories == {"snowflake"}, receiver.categories
+    assert not receiver.bad, "messages without the newline: %r" % receiver.bad[:3]
+
+
+def entries_match_ids_handed_out():
+    """get_id and get_ids, 3,050 ids: each arrives once, with its agent and a random tag;
+    the counters say all were sent and none dropped."""
+    rec = Receiver()
+    s = audited(rec, rec.port)
+    try:
+        ids = take_ids(s, 50, 3)
+        wait_until(lambda: rec.count() >= len(ids), 10, "all audited")
+        time.sleep(0.2)
+        assert_exactly(rec, ids)
+        c, g = counters(s)
+        assert c["audit_sent"] == len(ids) and c["audit_dropped"] == 0, c
+        assert c["scribe_enqueue_failures"] == 0 and g["audit_queue_length"] == 0, (c, g)
+    finally:
+        s.stop()
+        rec.close()
+
+
+def receiver_down_then_up():
+    """Ids handed out while scribe is down stay queued (failures counted, nothing
+    dropped) and all arrive once it is up."""
+    port = sftest.free_port()
+    s = audited(None, port)
+    rec = None
+    try:
+        ids = take_ids(s, 200, 0)
+        wait_until(lambda: counters(s)[0]["audit_send_failures"] > 0, 10, "a failure counted")
+        c, g = counters(s)
+        assert g["audit_queue_length"] == 200 and c["audit_dropped"] == 0, (c, g)
+        rec = Receiver(port)
+        wait_until(lambda: rec.count() >= len(ids), 15, "delivered once scribe is up")
+        time.sleep(0.2)
+        assert_exactly(rec, ids)
+    finally:
+        s.stop()
+        if rec is not None:
+            rec.close()
+
+
+def overload_drops_are_counted():
+    """With queue_size 100 and scribe answering TRY_LATER, a get_ids of 1,000 is dropped
+    whole from the log and counted (the call still gets its ids), 50 more ids wait; once scribe takes them
+    they arrive and sent + dropped equals the ids handed out."""
+    rec = Receiver()
+    rec.refusing = True
+    s = audited(rec, rec.port, ["--set", "audit.queue_size=100"])
+    try:
+        dropped = take_ids(s, 0, 1)  # handed out although the log cannot take them
+        kept = take_ids(s, 50, 0)
+        wait_until(lambda: rec.calls > 0, 10, "a Log call refused")
+        c, g = counters(s)
+        assert c["audit_dropped"] == 1000 and c["scribe_enqueue_failures"] == 1000, c
+        assert g["audit_queue_length"] == 50 and c["audit_send_failures"] > 0, (c, g)
+        rec.refusing = False
+        wait_until(lambda: rec.count() >= 50, 15, "the queued ids delivered")
+        time.sleep(0.2)
+        assert_exactly(rec, kept)
+        c, _ = counters(s)
+        assert c["audit_sent"] + c["audit_dropped"] == len(kept) + len(dropped), c
+    finally:
+        s.stop()
+        rec.close()
+
+
+def delivered_at_sigterm():
+    """Entries still queued at SIGTERM are delivered before the process exits."""
+    rec = Receiver()
+    rec.refusing = True
+    s = audited(rec, rec.port)
+    try:
+        ids = take_ids(s, 20, 1)
+        wait_until(lambda: rec.calls > 0, 10, "a Log call refused")
+        rec.refusing = False
+        assert s.stop() == 0, s.log()
+        assert_exactly(rec, ids)
+    finally:
+        s.stop()
+        rec.close()
+
+
+def file_sink_holds_every_id():
+    """sink = file: one JSON object per id, appended."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "audit.jsonl")
+        s = Server(["--set", "audit.sink=file", "--set", "audit.file=%s" % path],
+                   admin=True).start()
+        try:
+            ids = take_ids(s, 30, 2)
+        finally:
+            assert s.stop() == 0, s.log()
+        with open(path) as f:
+            lines = [json.loads(line) for line in f]
+        got = {e["id"]: e["useragent"] for e in lines}
+        assert len(lines) == len(ids) and got == ids, (len(lines), len(ids))
+        assert len({e["tag"] for e in lines}) > len(ids) // 2
+
+
+def bad_settings_refused():
+    """A bad sink or a missing file is refused at start, naming the key and what is
+    allowed."""
+    for args, text in ((["--set", "audit.sink=kafka"], "allowed none, scribe or file"),
+                       (["--set", "audit.sink=file"], "[audit] sink = file needs [audit] file"),
+                       (["--set", "audit.queue_size=0"], "queue_size")):
+        s = Server(args)
+        out = subprocess.run(s.argv, env=s.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=30)
+        assert out.returncode != 0 and text in out.stdout, (args, out.returncode, out.stdout)
+
+
+def main():
+    sftest.require_server()
+    r = sftest.Runner("test_audit")
+    r.run(entries_match_ids_handed_out)
+    r.run(receiver_down_then_up)
+    r.run(overload_drops_are_counted)
+    r.run(delivered_at_sigterm)
+    r.run(file_sink_holds_every_id)
+    r.run(bad_settings_refused)
+    r.finish()
+
+
+if __name__ == "__main__":
+    main()
