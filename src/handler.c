@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "latency.h"
-#include "thrift_fix.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and
  * readers sum the stripes, so the hot path never shares a written line. */
@@ -420,8 +419,6 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
 
 SfHandler *sf_handler_new(int max_batch_size)
 {
-    sf_thrift_fix_finalize();
-    sf_thrift_fix_processor();
     SfHandler *h = g_object_new(SF_TYPE_HANDLER, NULL);
     h->max_batch_size = max_batch_size >= 1 ? max_batch_size : 1;
     return h;

@@ -17,6 +17,7 @@
 #include "peer.h"
 #include "registry.h"
 #include "server.h"
+#include "thrift_fix.h"
 #include "snowflake.h"
 
 /* How long a stop may take to flush replies to slow readers. */
@@ -619,6 +620,8 @@ int main(int argc, char **argv)
         return 0;
     }
     sf_daemon_set_log_level(d.cfg.log_level);
+    sf_thrift_fix_finalize();
+    sf_thrift_fix_processor();
     sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
     g_mutex_init(&d.stop_lock);
     g_cond_init(&d.stop_cond);

@@ -24,20 +24,29 @@ typedef struct sf_thrift_fix_entry {
 static sf_thrift_fix_entry sf_thrift_fix_entries[SF_THRIFT_FIX_MAX];
 static int sf_thrift_fix_count;
 
-/* Runs the generated finalize, then the parent class's (GObject's), which
- * frees the instance's qdata. */
+/* The saved finalize of the patched class nearest to type: type itself, or the
+ * ancestor a subclass without a finalize of its own inherited the patch from. */
+static const sf_thrift_fix_entry *sf_thrift_fix_find(GType type)
+{
+    for (; type != 0; type = g_type_parent(type))
+        for (int i = 0; i < sf_thrift_fix_count; i++)
+            if (sf_thrift_fix_entries[i].type == type)
+                return &sf_thrift_fix_entries[i];
+    return NULL;
+}
+
+/* Runs the generated finalize, then the parent class's, which frees the instance's
+ * qdata. The entries are complete before any class points here (g_once). */
 static void sf_thrift_fix_finalize_chained(GObject *object)
 {
-    GType type = G_OBJECT_TYPE(object);
-    for (int i = 0; i < sf_thrift_fix_count; i++) {
-        if (sf_thrift_fix_entries[i].type == type) {
-            sf_thrift_fix_entries[i].finalize(object);
-            GObjectClass *parent = g_type_class_peek(g_type_parent(type));
-            parent->finalize(object);
-            return;
-        }
+    const sf_thrift_fix_entry *e = sf_thrift_fix_find(G_OBJECT_TYPE(object));
+    if (e == NULL) {
+        g_critical("no finalize recorded for %s or its ancestors", G_OBJECT_TYPE_NAME(object));
+        return;
     }
-    g_critical("no finalize recorded for %s", G_OBJECT_TYPE_NAME(object));
+    e->finalize(object);
+    GObjectClass *parent = g_type_class_peek(g_type_parent(e->type));
+    parent->finalize(object);
 }
 
 /* Registers every generated struct type, so that all are found below. */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "handler.h"
+#include "thrift_fix.h"
 #include "snowflake.h"
 
 static int64_t boot_ms(void)
@@ -193,6 +194,8 @@ static Suite *handler_suite(void)
 
 int main(void)
 {
+    sf_thrift_fix_finalize();
+    sf_thrift_fix_processor();
     SRunner *sr = srunner_create(handler_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -872,6 +872,7 @@ static Suite *server_suite(void)
 int main(void)
 {
     sf_thrift_fix_finalize(); /* the client's structs too */
+    sf_thrift_fix_processor();
     SRunner *sr = srunner_create(server_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

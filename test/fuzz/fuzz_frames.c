@@ -12,6 +12,7 @@
 #include "frame_transport.h"
 #include "handler.h"
 #include "snowflake.h"
+#include "thrift_fix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -30,6 +31,8 @@ static void fuzz_frames_init(void)
     sf_worker *w = sf_worker_new(&o, NULL);
     if (w == NULL)
         abort();
+    sf_thrift_fix_finalize();
+    sf_thrift_fix_processor();
     SfHandler *handler = sf_handler_new(100);
     sf_handler_publish(handler, w, TRUE, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
