@@ -9,9 +9,22 @@
  *
  * Reports duplicates (over all ids), ids that do not increase on their
  * connection, and ids whose decoded worker or datacenter differ from what
- * their server reported. Exit 0 when clean, 1 on any finding, 2 on bad input.
- * Ids are kept as a flat array of int64 and radix-sorted, so 100 million ids
- * take about 1.6 GB. */
+ * their server reported.
+ *
+ * Handovers and overlap: the part of CONNECTION before its first '-' names
+ * the node that issued the id (the whole name without one). Ordered by their
+ * timestamps, the ids of one (datacenter, worker) pair fall into runs, each
+ * from one node; where the node changes, a handover, the new holder's first
+ * id must come in a later millisecond than the old holder's last one: the
+ * margin (first - last, ms) must be > 0. A margin of 0 or less is an
+ * overlap: two nodes made ids under one worker id in the same millisecond,
+ * which only fencing keeps from repeating an id. Every handover is printed
+ * ("handover DC WORKER OLD NEW LAST_MS FIRST_MS MARGIN_MS"), so a harness
+ * can tie each to the fault that caused it.
+ *
+ * Exit 0 when clean, 1 on any finding, 2 on bad input. Ids are kept as a
+ * flat array of int64 and radix-sorted, plus 16 bytes per id for the
+ * handovers, so 100 million ids take about 3.2 GB. */
 #define _POSIX_C_SOURCE 200809L
 #include "snowflake.h"
 
@@ -29,9 +42,19 @@ typedef struct idcheck_conn {
     struct idcheck_conn *next; /* hash chain */
 } idcheck_conn;
 
+/* One id's place in its worker's history: the key orders by (datacenter, worker),
+ * then time and sequence; node is the issuing node's index in nodes. */
+typedef struct idcheck_mark {
+    uint64_t key;
+    uint32_t node;
+} idcheck_mark;
+
 typedef struct idcheck {
     int64_t *ids;
+    idcheck_mark *marks;
     size_t count, cap;
+    char **nodes;
+    size_t nnodes;
     idcheck_conn **buckets;
     size_t nbuckets, nconns;
     uint64_t not_increasing, wrong_fields, bad_lines;
@@ -93,6 +116,23 @@ static idcheck_conn *idcheck_conn_get(idcheck *c, const char *name)
     return e;
 }
 
+/* The index of the node that issued ids on connection conn_name: the name up to its
+ * first '-'. Nodes are few; a linear search is enough. */
+static uint32_t idcheck_node(idcheck *c, const char *conn_name)
+{
+    size_t len = strcspn(conn_name, "-");
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (strlen(c->nodes[i]) == len && strncmp(c->nodes[i], conn_name, len) == 0)
+            return (uint32_t)i;
+    c->nodes = idcheck_xalloc(c->nodes, (c->nnodes + 1) * sizeof *c->nodes);
+    c->nodes[c->nnodes] = strndup(conn_name, len);
+    if (c->nodes[c->nnodes] == NULL) {
+        fprintf(stderr, "idcheck: out of memory\n");
+        exit(2);
+    }
+    return (uint32_t)c->nnodes++;
+}
+
 static void idcheck_add(idcheck *c, const char *conn_name, int64_t worker, int64_t dc, int64_t id)
 {
     idcheck_conn *conn = idcheck_conn_get(c, conn_name);
@@ -114,7 +154,13 @@ static void idcheck_add(idcheck *c, const char *conn_name, int64_t worker, int64
     if (c->count == c->cap) {
         c->cap = c->cap ? c->cap * 2 : 1 << 20;
         c->ids = idcheck_xalloc(c->ids, c->cap * sizeof *c->ids);
+        c->marks = idcheck_xalloc(c->marks, c->cap * sizeof *c->marks);
     }
+    uint64_t pair = (uint64_t)(id >> SF_WORKER_ID_SHIFT) & 0x3FF; /* datacenter, worker */
+    uint64_t ts = (uint64_t)id >> SF_TIMESTAMP_SHIFT;
+    uint64_t seq = (uint64_t)id & SF_SEQUENCE_MASK;
+    c->marks[c->count].key = pair << 53 | ts << 12 | seq;
+    c->marks[c->count].node = idcheck_node(c, conn_name);
     c->ids[c->count++] = id;
 }
 
@@ -210,6 +256,63 @@ static uint64_t idcheck_duplicates(int64_t *ids, size_t n)
     return dups;
 }
 
+static int idcheck_mark_cmp(const void *a, const void *b)
+{
+    const idcheck_mark *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* A node's uninterrupted run of ids under one worker id. */
+typedef struct idcheck_run {
+    uint32_t node;
+    int64_t first, last; /* ms since the epoch */
+} idcheck_run;
+
+/* Prints every handover of a worker id between nodes with its margin; returns how many
+ * overlap, and fills the smallest margin seen (INT64_MAX without any). A handover
+ * overlaps when its margin is <= 0, or when the worker id comes back to the node that
+ * held it within IDCHECK_MIN_TENURE_MS: so short a tenure in between is two nodes
+ * taking turns within the same few milliseconds, not a claim (which waits for a
+ * ZooKeeper session to end). */
+#define IDCHECK_MIN_TENURE_MS 100
+static uint64_t idcheck_handovers(idcheck *c, uint64_t *handovers, int64_t *min_margin)
+{
+    uint64_t overlaps = 0;
+    *handovers = 0;
+    *min_margin = INT64_MAX;
+    qsort(c->marks, c->count, sizeof *c->marks, idcheck_mark_cmp);
+    idcheck_run before = { UINT32_MAX, 0, 0 }, run = { UINT32_MAX, 0, 0 };
+    for (size_t i = 0; i < c->count; i++) {
+        const idcheck_mark *m = &c->marks[i];
+        int64_t ts = (int64_t)((m->key >> 12) & ((1ULL << 41) - 1));
+        bool same_worker = i > 0 && c->marks[i - 1].key >> 53 == m->key >> 53;
+        if (same_worker && m->node == run.node) {
+            run.last = ts;
+            continue;
+        }
+        if (!same_worker) {
+            before.node = run.node = UINT32_MAX;
+        } else {
+            int64_t margin = ts - run.last;
+            bool back = before.node == m->node && ts - before.last < IDCHECK_MIN_TENURE_MS;
+            bool overlap = margin <= 0 || back;
+            (*handovers)++;
+            overlaps += overlap;
+            if (margin < *min_margin)
+                *min_margin = margin;
+            printf("handover %" PRIu64 " %" PRIu64 " %s %s %" PRId64 " %" PRId64 " %" PRId64
+                   "%s\n", (uint64_t)(m->key >> 58), (uint64_t)((m->key >> 53) & 0x1F),
+                   c->nodes[run.node], c->nodes[m->node], (int64_t)(run.last + SF_TWITTER_EPOCH_MS),
+                   (int64_t)(ts + SF_TWITTER_EPOCH_MS), margin,
+                   margin <= 0 ? " OVERLAP" : back ? " OVERLAP (back within 100 ms)" : "");
+        }
+        before = run;
+        run.node = m->node;
+        run.first = run.last = ts;
+    }
+    return overlaps;
+}
+
 static void idcheck_free(idcheck *c)
 {
     for (size_t i = 0; i < c->nbuckets; i++)
@@ -220,6 +323,10 @@ static void idcheck_free(idcheck *c)
         }
     free(c->buckets);
     free(c->ids);
+    free(c->marks);
+    for (size_t i = 0; i < c->nnodes; i++)
+        free(c->nodes[i]);
+    free(c->nodes);
 }
 
 int main(int argc, char **argv)
@@ -229,7 +336,10 @@ int main(int argc, char **argv)
         printf("Usage: idcheck [FILE...]\n"
                "Reads lines 'CONNECTION WORKER_ID DATACENTER_ID ID' (standard input without\n"
                "files) and reports duplicate ids, ids not increasing on their connection, and\n"
-               "ids whose worker/datacenter differ from what their server reported.\n"
+               "ids whose worker/datacenter differ from what their server reported; and every\n"
+               "handover of a worker id between nodes (the connection name up to its first '-'\n"
+               "names the node), with the margin between the old holder's last id and the new\n"
+               "one's first: 0 ms or less is an overlap.\n"
                "Exit 0 clean, 1 on any finding, 2 on unreadable or malformed input.\n");
         return 0;
     }
@@ -245,11 +355,19 @@ int main(int argc, char **argv)
         fclose(in);
     }
     uint64_t dups = idcheck_duplicates(c.ids, c.count);
+    uint64_t handovers;
+    int64_t min_margin;
+    uint64_t overlaps = idcheck_handovers(&c, &handovers, &min_margin);
+    printf("idcheck: %zu ids from %zu nodes on %zu connections: %" PRIu64 " handovers, "
+           "%" PRIu64 " overlapping, smallest margin %s%" PRId64 " ms\n",
+           c.count, c.nnodes, c.nconns, handovers, overlaps, handovers ? "" : "(none) ",
+           handovers ? min_margin : 0);
     printf("idcheck: %zu ids on %zu connections: %" PRIu64 " duplicates, %" PRIu64
            " not increasing, %" PRIu64 " with wrong worker/datacenter, %" PRIu64
            " malformed lines\n",
            c.count, c.nconns, dups, c.not_increasing, c.wrong_fields, c.bad_lines);
-    int rc = c.bad_lines > 0 ? 2 : (dups || c.not_increasing || c.wrong_fields) ? 1 : 0;
+    int rc = c.bad_lines > 0 ? 2
+             : (dups || c.not_increasing || c.wrong_fields || overlaps) ? 1 : 0;
     idcheck_free(&c);
     return rc;
 }

@@ -18,20 +18,45 @@ out = []
 for conn in range(8):
     w, dc = conn % 4, 1
     for i in range(25000):
-        out.append('c%d %d %d %d' % (conn, w, dc, mk(1000 + i, dc, w, conn // 4)))
+        out.append('n%d-c%d %d %d %d' % (w, conn, w, dc, mk(1000 + i, dc, w, conn // 4)))
 $1
 print('\n'.join(out))
 "; }
 gen "" > "$tmp/clean"
 expect "clean input" 0 "idcheck: 200000 ids on 8 connections: 0 duplicates, 0 not increasing, 0 with wrong worker/datacenter" "$tmp/clean"
-gen "out.append('c9 0 1 %d' % mk(1000, 1, 0, 0))" > "$tmp/dup"
+gen "out.append('n0-c9 0 1 %d' % mk(1000, 1, 0, 0))" > "$tmp/dup"
 expect "duplicate across connections" 1 "1 duplicates" "$tmp/dup"
 expect "duplicate decoded" 1 "duplicate: id 4194435072 (2010-11-04T01:42:55.657Z, datacenter 1, worker 0, sequence 0)" "$tmp/dup"
-gen "out.append('c0 0 1 %d' % mk(5, 1, 0, 7))" > "$tmp/back"
+gen "out.append('n0-c0 0 1 %d' % mk(5, 1, 0, 7))" > "$tmp/back"
 expect "not increasing on a connection" 1 "0 duplicates, 1 not increasing" "$tmp/back"
-gen "out.append('c0 3 1 %d' % mk(99999, 1, 0, 0))" > "$tmp/wrong"
+gen "out.append('n0-c0 3 1 %d' % mk(99999, 1, 0, 0))" > "$tmp/wrong"
 expect "wrong worker" 1 "1 with wrong worker/datacenter" "$tmp/wrong"
 expect "wrong worker named" 1 "decodes to worker 0 datacenter 1, its server reported worker 3 datacenter 1" "$tmp/wrong"
+# Handovers: worker 5 passes from node a to node b. Clean when b's first id comes in a
+# later millisecond than a's last; an overlap when they share one (or interleave).
+gen "
+out = []
+for i in range(1000): out.append('a-c0 5 1 %d' % mk(1000 + i, 1, 5, 0))
+for i in range(1000): out.append('b-c1 5 1 %d' % mk(2100 + i, 1, 5, 0))" > "$tmp/handover"
+expect "clean handover passes" 0 "1 handovers, 0 overlapping, smallest margin 101 ms" "$tmp/handover"
+expect "handover printed" 0 "handover 1 5 a b 1288834976656 1288834976757 101" "$tmp/handover"
+gen "
+out = []
+for i in range(1000): out.append('a-c0 5 1 %d' % mk(1000 + i, 1, 5, 0))
+for i in range(1000): out.append('b-c1 5 1 %d' % mk(1999 + i, 1, 5, 1))" > "$tmp/overlap"
+expect "same-millisecond handover is an overlap" 1 "1 overlapping, smallest margin 0 ms" "$tmp/overlap"
+expect "overlap named" 1 "handover 1 5 a b 1288834976656 1288834976656 0 OVERLAP" "$tmp/overlap"
+gen "
+out = []
+for i in range(1000): out.append('a-c0 5 1 %d' % mk(1000 + i, 1, 5, 0))
+for i in range(500): out.append('b-c1 5 1 %d' % mk(1500 + i, 1, 5, 1))" > "$tmp/interleave"
+expect "interleaved holders overlap" 1 "0 duplicates" "$tmp/interleave"
+expect "interleaved holders counted" 1 "999 handovers, 999 overlapping" "$tmp/interleave"
+gen "
+out = []
+for i in range(500): out.append('a-c0 5 1 %d' % mk(1000 + 2 * i, 1, 5, 0))
+for i in range(500): out.append('b-c1 5 1 %d' % mk(1001 + 2 * i, 1, 5, 0))" > "$tmp/turns"
+expect "holders taking turns a millisecond apart overlap" 1 "999 handovers, 998 overlapping, smallest margin 1 ms" "$tmp/turns"
 printf 'c0 1 1 notanumber\n' > "$tmp/bad"
 expect "malformed line" 2 "1 malformed lines" "$tmp/bad"
 out=$("$idcheck" /nonexistent 2>&1); rc=$?
