@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
 #include "frame_transport.h"
+#include "ratelog.h"
 
 /* Pending output above which a connection is not read until it drains: a
  * client that pipelines without reading cannot make us buffer more. */
@@ -30,6 +34,11 @@
 /* How often timeouts are checked, and the longest an idle loop sleeps. */
 #define SF_TICK_MS 50
 #define SF_MAX_EVENTS 128
+/* Descriptors kept out of max_connections' reach: the listener, each thread's epoll and
+ * eventfd, the admin endpoint (64 connections and its own), ZooKeeper, the log. */
+#define SF_FD_RESERVE 96
+/* How long the listener rests after accept() ran out of descriptors or memory. */
+#define SF_ACCEPT_BACKOFF_MS 100
 
 typedef struct sf_thread sf_thread;
 
@@ -84,7 +93,12 @@ struct sf_server {
     unsigned next_thread;  /* round robin for new connections (thread 0 only) */
     atomic_int open_connections;
     atomic_uint_fast64_t refused;
-    atomic_int_fast64_t last_refusal_log_ms;
+    int reserve_fd;        /* /dev/null, given up to take one connection off the
+                            * backlog when accept() runs out of descriptors */
+    bool listen_paused;    /* the listener is out of epoll until accept_resume_ms */
+    int64_t accept_resume_ms;
+    sf_ratelog accept_log, refusal_log, bad_frame_log, frame_timeout_log, cut_frame_log,
+        watch_log;
     atomic_bool stopping;
     int64_t stop_deadline_ms;
     bool started, stopped;
@@ -120,6 +134,25 @@ void sf_server_options_init(sf_server_options *opts)
     opts->max_connections = 16384;
     opts->idle_timeout_ms = 300000;
     opts->frame_timeout_ms = 10000;
+}
+
+/* Writes a warning or message through a rate limiter: at most one line of its kind a
+ * second, the next one saying how many were held back. */
+static void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+static void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+{
+    uint64_t suppressed;
+    if (!sf_ratelog_allow(rl, SF_RATELOG_INTERVAL_MS, &suppressed))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    char note[64];
+    sf_ratelog_note(suppressed, note, sizeof note);
+    g_log(NULL, level, "%s%s", msg, note);
+    g_free(msg);
 }
 
 /* Registers or updates a connection's epoll interest when it changed. */
@@ -181,7 +214,8 @@ static void sf_conn_adopt(sf_thread *t, int fd)
         t->conns->prev = c;
     t->conns = c;
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        g_warning("cannot watch connection from %s: %s", c->peer, g_strerror(errno));
+        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+                              "cannot watch connection from %s: %s", c->peer, g_strerror(errno));
         sf_conn_close(t, c);
         return;
     }
@@ -265,7 +299,8 @@ static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, siz
                                              &frames, &err);
     sf_bump(&t->stats.frames_processed, frames);
     if (used < 0) {
-        g_message("closing connection from %s: %s", c->peer, err->message);
+        sf_server_log_limited(&t->server->bad_frame_log, G_LOG_LEVEL_MESSAGE,
+                              "closing connection from %s: %s", c->peer, err->message);
         g_clear_error(&err);
         sf_bump(&t->stats.frames_refused, 1);
     }
@@ -343,8 +378,9 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
             continue;
         if ((c->peer_closed || c->draining) && pending == 0) {
             if (c->peer_closed && c->in_len > 0) {
-                g_message("closing connection from %s: it closed in the middle of a frame "
-                          "(%zu bytes received)", c->peer, c->in_len);
+                sf_server_log_limited(&t->server->cut_frame_log, G_LOG_LEVEL_MESSAGE,
+                                      "closing connection from %s: it closed in the middle "
+                                      "of a frame (%zu bytes received)", c->peer, c->in_len);
                 sf_bump(&t->stats.frames_refused, 1);
             }
             sf_conn_close(t, c);
@@ -378,12 +414,50 @@ static bool sf_conn_writable(sf_thread *t, sf_conn *c)
 static void sf_server_log_refusal(sf_server *s)
 {
     uint64_t total = atomic_fetch_add(&s->refused, 1) + 1;
-    int64_t now = sf_now_ms();
-    int64_t last = atomic_load(&s->last_refusal_log_ms);
-    if (now - last >= 1000 && atomic_compare_exchange_strong(&s->last_refusal_log_ms, &last, now))
-        g_warning("refusing connection: %d connections open (max_connections); "
-                  "%" G_GUINT64_FORMAT " refused so far",
-                  s->opts.max_connections, total);
+    sf_server_log_limited(&s->refusal_log, G_LOG_LEVEL_WARNING,
+                          "refusing connection: %d connections open (max_connections); "
+                          "%" G_GUINT64_FORMAT " refused so far",
+                          s->opts.max_connections, total);
+}
+
+/* accept() ran out of descriptors or memory: the listener stays readable, so polling it
+ * again at once would spin. Takes one waiting client off the backlog with the reserve
+ * descriptor (it sees its connection closed rather than hanging), then rests the
+ * listener for SF_ACCEPT_BACKOFF_MS. */
+static void sf_thread_accept_exhausted(sf_thread *t, int err)
+{
+    sf_server *s = t->server;
+    sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                          "accept on port %d failed: %s; %d connections open; not accepting "
+                          "for %d ms (raise `ulimit -n` or lower max_connections)",
+                          s->port, g_strerror(err), atomic_load(&s->open_connections),
+                          SF_ACCEPT_BACKOFF_MS);
+    if (s->reserve_fd >= 0 && (err == EMFILE || err == ENFILE)) {
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL) != 0)
+        g_warning("cannot pause the listener on port %d: %s", s->port, g_strerror(errno));
+    s->listen_paused = true;
+    s->accept_resume_ms = sf_now_ms() + SF_ACCEPT_BACKOFF_MS;
+}
+
+/* Puts the listener back into epoll once its back-off is over (thread 0). */
+static void sf_thread_resume_accept(sf_thread *t, int64_t now)
+{
+    sf_server *s = t->server;
+    if (!s->listen_paused || now < s->accept_resume_ms || s->listen_fd < 0)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        g_warning("cannot watch the listener on port %d again: %s", s->port, g_strerror(errno));
+        s->accept_resume_ms = now + SF_ACCEPT_BACKOFF_MS;
+        return;
+    }
+    s->listen_paused = false;
 }
 
 /* Accepts waiting connections (thread 0 owns the listener) and deals them
@@ -394,10 +468,14 @@ static void sf_thread_accept(sf_thread *t)
     for (int i = 0; i < 64; i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                g_warning("accept on port %d failed: %s", s->port, g_strerror(errno));
+            if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS)
+                sf_thread_accept_exhausted(t, err);
+            else if (err != EAGAIN && err != EWOULDBLOCK)
+                sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                                      "accept on port %d failed: %s", s->port, g_strerror(err));
             return;
         }
         if (atomic_fetch_add(&s->open_connections, 1) >= s->opts.max_connections) {
@@ -453,9 +531,10 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
         bool held_back = (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER;
         if (c->in_len > 0 && c->frame_start_ms > 0 && !held_back &&
             now - c->frame_start_ms >= o->frame_timeout_ms) {
-            g_message("closing connection from %s: a frame stayed incomplete for %d ms "
-                      "(frame_timeout_ms; %zu bytes received)",
-                      c->peer, o->frame_timeout_ms, c->in_len);
+            sf_server_log_limited(&t->server->frame_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: a frame stayed incomplete for "
+                                  "%d ms (frame_timeout_ms; %zu bytes received)",
+                                  c->peer, o->frame_timeout_ms, c->in_len);
             sf_bump(&t->stats.frame_timeouts, 1);
             sf_conn_close(t, c);
         } else if (o->idle_timeout_ms > 0 && now - c->last_active_ms >= o->idle_timeout_ms) {
@@ -529,6 +608,8 @@ static void *sf_thread_main(void *arg)
         }
         if (draining && (t->conns == NULL || now >= s->stop_deadline_ms))
             break;
+        if (t->index == 0 && !draining)
+            sf_thread_resume_accept(t, now);
         if (now - t->last_tick_ms >= SF_TICK_MS) {
             t->last_tick_ms = now;
             sf_thread_check_timeouts(t, now);
@@ -607,6 +688,44 @@ static gboolean sf_server_options_check(const sf_server_options *o, GError **err
     return TRUE;
 }
 
+/* Raises the soft open-file limit toward the hard one, so that an operator's default
+ * `ulimit -n` of 1024 does not cap a server configured for more, then clamps
+ * max_connections to the descriptors left after SF_FD_RESERVE, logging the clamp once:
+ * past that, accept() would fail with EMFILE, and the admin endpoint and ZooKeeper would
+ * have none left either. */
+static void sf_server_fit_descriptors(sf_server_options *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        g_warning("cannot read the open-file limit: %s; max_connections = %d is not checked "
+                  "against it", g_strerror(errno), o->max_connections);
+        return;
+    }
+    rlim_t want = (rlim_t)o->max_connections + SF_FD_RESERVE + 4 * (rlim_t)o->threads;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = rl;
+        raised.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl = raised;
+        else
+            g_warning("cannot raise the open-file limit from %lu to %lu: %s",
+                      (unsigned long)rl.rlim_cur, (unsigned long)raised.rlim_cur,
+                      g_strerror(errno));
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return;
+    rlim_t kept = SF_FD_RESERVE + 4 * (rlim_t)o->threads;
+    int fit = rl.rlim_cur > kept + 16 ? (int)(rl.rlim_cur - kept) : 16;
+    g_warning("max_connections = %d does not fit the open-file limit of %lu (ulimit -n; hard "
+              "limit %lu) less %lu descriptors kept for the listener, the admin endpoint and "
+              "ZooKeeper: serving at most %d connections; raise the hard limit (ulimit -Hn, "
+              "systemd LimitNOFILE=) to serve more",
+              o->max_connections, (unsigned long)rl.rlim_cur,
+              rl.rlim_max == RLIM_INFINITY ? 0ul : (unsigned long)rl.rlim_max,
+              (unsigned long)kept, fit);
+    o->max_connections = fit;
+}
+
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
                          GError **error)
 {
@@ -614,16 +733,21 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         return NULL;
     sf_server *s = g_new0(sf_server, 1);
     s->opts = *opts;
+    sf_server_fit_descriptors(&s->opts);
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (s->reserve_fd < 0)
+        g_warning("cannot open /dev/null for a reserve descriptor: %s", g_strerror(errno));
     s->bind_address = g_strdup(opts->bind_address);
     s->opts.bind_address = s->bind_address;
     s->processor = g_object_ref(processor);
     s->nthreads = opts->threads;
     atomic_init(&s->open_connections, 0);
     atomic_init(&s->refused, 0);
-    atomic_init(&s->last_refusal_log_ms, 0);
     atomic_init(&s->stopping, false);
     s->listen_fd = sf_server_listen(s, error);
     if (s->listen_fd < 0) {
+        if (s->reserve_fd >= 0)
+            close(s->reserve_fd);
         g_object_unref(s->processor);
         g_free(s->bind_address);
         g_free(s);
@@ -737,6 +861,8 @@ void sf_server_free(sf_server *s)
         g_object_unref(t->transport);
     }
     g_free(s->threads);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
     g_object_unref(s->processor);
     g_free(s->bind_address);
     g_free(s);
