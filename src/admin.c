@@ -422,7 +422,9 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
     a->ctx = ctx;
     a->start_unix_us = g_get_real_time();
     g_mutex_init(&a->info_lock);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* epoll (or poll) chosen by the library: select() cannot watch a socket numbered
+     * 1024 or above, which every admin connection is once the Thrift port holds that many. */
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     a->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, sf_admin_request, a,
