@@ -52,6 +52,9 @@ static const sf_key sf_keys[] = {
       SF_FIELD(max_clock_backward_wait_ms), 0, 60000 },
     { "snowflake", "random_first_sequence", SF_KEY_BOOL, SF_FIELD(random_first_sequence), 0, 1 },
     { "snowflake", "max_batch_size", SF_KEY_INT, SF_FIELD(max_batch_size), 1, 1000000 },
+    { "snowflake", "max_useragent_length", SF_KEY_INT, SF_FIELD(max_useragent_length), 1, 4096 },
+    { "snowflake", "max_tracked_useragents", SF_KEY_INT, SF_FIELD(max_tracked_useragents), 0,
+      100000 },
     { "snowflake", "max_frame_size", SF_KEY_INT, SF_FIELD(max_frame_size), 64, 16777216 },
     { "snowflake", "max_connections", SF_KEY_INT, SF_FIELD(max_connections), 1, 1000000 },
     { "snowflake", "idle_timeout_ms", SF_KEY_INT, SF_FIELD(idle_timeout_ms), 0, 86400000 },
@@ -81,6 +84,8 @@ void sf_config_init(sf_config *cfg)
     cfg->bind_address = g_strdup("0.0.0.0");
     cfg->epoch_ms = SF_TWITTER_EPOCH_MS;
     cfg->max_batch_size = 10000;
+    cfg->max_useragent_length = 255;
+    cfg->max_tracked_useragents = 1000;
     cfg->max_frame_size = 65536;
     cfg->max_connections = 16384;
     cfg->idle_timeout_ms = 300000;

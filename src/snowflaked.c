@@ -116,6 +116,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "clock_backward_waits", hs.clock_backward_waits, "Small backward clock steps waited out" },
         { "clock_backward_errors", hs.clock_backward_errors,
           "Ids refused because the clock moved backwards" },
+        { "ids_generated_other_agents", hs.ids_other_agents,
+          "Ids handed out to agents beyond max_tracked_useragents" },
         { "connections_accepted", ss.connections_accepted, "Thrift connections accepted" },
         { "connections_refused", ss.connections_refused,
           "Thrift connections refused over max_connections" },
@@ -135,6 +137,12 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
                           "Datacenter id in use, -1 = none");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
                           "Thrift connections open");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_tracked", NULL,
+                          (int64_t)hs.useragents_tracked,
+                          "User agents counted by name (at most max_tracked_useragents)");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_untracked", NULL,
+                          (int64_t)hs.useragents_untracked,
+                          "Distinct user agents beyond max_tracked_useragents, estimated");
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(d->handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);
@@ -164,7 +172,12 @@ static gboolean sf_daemon_block_signals(sf_daemon *d)
  * worker id is held. */
 static gboolean sf_daemon_new_handler(sf_daemon *d)
 {
-    d->handler = sf_handler_new(d->cfg.max_batch_size);
+    sf_handler_options ho;
+    sf_handler_options_init(&ho);
+    ho.max_batch_size = d->cfg.max_batch_size;
+    ho.max_useragent_length = d->cfg.max_useragent_length;
+    ho.max_tracked_useragents = d->cfg.max_tracked_useragents;
+    d->handler = sf_handler_new(&ho);
     sf_handler_close(d->handler, "starting: no worker id registered yet");
     return TRUE;
 }

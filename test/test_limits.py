@@ -317,7 +317,8 @@ def main():
     sftest.require_server()
     r = sftest.Runner("test_limits")
     for test in (test_nofile_raised_toward_hard_limit, test_descriptor_exhaustion_clamped,
-                 test_descriptor_exhaustion_at_run_time, test_admin_health_past_1024_descriptors):
+                 test_descriptor_exhaustion_at_run_time, test_admin_health_past_1024_descriptors,
+                 test_agent_length_limit, test_agent_cardinality_bounded):
         r.run(test)
     r.finish()
 

@@ -19,6 +19,15 @@ static SfFrameTransport *fuzz_transport;
 static ThriftProtocol *fuzz_protocol;
 static ThriftProcessor *fuzz_processor;
 
+/* A handler with the default limits and get_ids' count bounded by max_batch. */
+static SfHandler *new_handler(int max_batch)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    o.max_batch_size = max_batch;
+    return sf_handler_new(&o);
+}
+
 /* One handler, processor and transport for the whole run, as one server
  * thread keeps them for every connection. */
 static void fuzz_frames_init(void)
@@ -30,7 +39,7 @@ static void fuzz_frames_init(void)
     sf_worker *w = sf_worker_new(&o, NULL);
     if (w == NULL)
         abort();
-    SfHandler *handler = sf_handler_new(100);
+    SfHandler *handler = new_handler(100);
     sf_handler_publish(handler, w, TRUE, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
