@@ -23,6 +23,7 @@
 
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
+#include "bounded_protocol.h"
 #include "frame_transport.h"
 #include "ratelog.h"
 
@@ -764,7 +765,7 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         t->queue = g_array_new(FALSE, FALSE, sizeof(int));
         t->scratch_cap = (size_t)opts->max_frame_size + 4 + SF_READ_SLACK;
         t->transport = sf_frame_transport_new();
-        t->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", t->transport, NULL);
+        t->protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t->transport));
     }
     return s;
 }

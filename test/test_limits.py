@@ -246,6 +246,50 @@ def test_deep_nesting_refused():
         assert_serving(srv)
 
 
+def test_cli_refuses_deeply_nested_reply():
+    """A fake server answers get_id with a reply nesting structs 200,000 deep in one
+    frame: the CLI (and the peer check, which reads through the same protocol) reports a
+    broken answer instead of overflowing its stack."""
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def fake_server():
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            head = conn.recv(4)
+            if len(head) == 4:
+                need = struct.unpack(">i", head)[0]
+                while need > 0:
+                    need -= len(conn.recv(need))
+            name = b"get_id"
+            depth = 200000
+            body = struct.pack(">Ii", 0x80010002, len(name)) + name + struct.pack(">i", 0)
+            body += struct.pack(">bh", 12, 99) + struct.pack(">bh", 12, 1) * (depth - 1)
+            body += b"\x00" * (depth + 1)
+            try:
+                conn.sendall(struct.pack(">i", len(body)) + body)
+                conn.recv(1)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=fake_server, daemon=True)
+    t.start()
+    try:
+        out = subprocess.run([sftest.SNOWFLAKE_CLI, "--port", str(port), "--timeout-ms", "5000",
+                              "id"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30)
+    finally:
+        t.join(10)
+        listener.close()
+    assert out.returncode in (1, 3), ("the CLI ended with %d (a negative status is a signal); "
+                                      "stderr: %s" % (out.returncode, out.stderr[:500]))
+    assert "nested more than 64" in out.stderr, out.stderr[:500]
+
+
 # ---- 4: slow readers -----------------------------------------------------------------
 
 def pipelined_get_ids(n, count=10000):
@@ -318,7 +362,8 @@ def main():
     r = sftest.Runner("test_limits")
     for test in (test_nofile_raised_toward_hard_limit, test_descriptor_exhaustion_clamped,
                  test_descriptor_exhaustion_at_run_time, test_admin_health_past_1024_descriptors,
-                 test_agent_length_limit, test_agent_cardinality_bounded):
+                 test_agent_length_limit, test_agent_cardinality_bounded,
+                 test_deep_nesting_refused, test_cli_refuses_deeply_nested_reply):
         r.run(test)
     r.finish()
 

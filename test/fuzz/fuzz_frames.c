@@ -9,11 +9,16 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/thrift_application_exception.h>
 
+#include "bounded_protocol.h"
 #include "frame_transport.h"
 #include "handler.h"
 #include "snowflake.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The largest max_frame_size allowed (16 MiB), so that what a raised limit lets in,
+ * such as deeply nested structs, is fuzzed too. */
+#define FUZZ_MAX_FRAME_SIZE 16777216
 
 static SfFrameTransport *fuzz_transport;
 static ThriftProtocol *fuzz_protocol;
@@ -47,7 +52,7 @@ static void fuzz_frames_init(void)
      * it is not mistaken for a leak of the input that happened to need it. */
     g_type_class_ref(THRIFT_TYPE_APPLICATION_EXCEPTION);
     fuzz_transport = sf_frame_transport_new();
-    fuzz_protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", fuzz_transport, NULL);
+    fuzz_protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(fuzz_transport));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -57,7 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t frames = 0;
     GError *error = NULL;
     ssize_t used = sf_frame_transport_answer(fuzz_transport, fuzz_protocol, fuzz_processor, data,
-                                             size, 65536, 1024 * 1024, &frames, &error);
+                                             size, FUZZ_MAX_FRAME_SIZE, 1024 * 1024, &frames,
+                                             &error);
     if (used < 0 && (error == NULL || error->message[0] == '\0'))
         abort(); /* a refusal must say why */
     if (used > (ssize_t)size)
