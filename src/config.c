@@ -59,6 +59,9 @@ static const sf_key sf_keys[] = {
     { "snowflake", "max_connections", SF_KEY_INT, SF_FIELD(max_connections), 1, 1000000 },
     { "snowflake", "idle_timeout_ms", SF_KEY_INT, SF_FIELD(idle_timeout_ms), 0, 86400000 },
     { "snowflake", "frame_timeout_ms", SF_KEY_INT, SF_FIELD(frame_timeout_ms), 1, 3600000 },
+    { "snowflake", "write_timeout_ms", SF_KEY_INT, SF_FIELD(write_timeout_ms), 1, 3600000 },
+    { "snowflake", "max_output_buffer", SF_KEY_INT, SF_FIELD(max_output_buffer), 1048576,
+      1073741824 },
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
     { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(zk_hosts), 0, 0 },
     { "zookeeper", "session_timeout_ms", SF_KEY_INT, SF_FIELD(zk_session_timeout_ms), 1000, 600000 },
@@ -90,6 +93,8 @@ void sf_config_init(sf_config *cfg)
     cfg->max_connections = 16384;
     cfg->idle_timeout_ms = 300000;
     cfg->frame_timeout_ms = 10000;
+    cfg->write_timeout_ms = 30000;
+    cfg->max_output_buffer = 32 * 1024 * 1024;
     cfg->log_level = g_strdup("info");
     cfg->zk_hosts = g_strdup("");
     cfg->zk_session_timeout_ms = 10000;

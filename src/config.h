@@ -43,6 +43,8 @@ typedef struct sf_config {
     int max_connections;              /* 1..1000000, default 16384 */
     int idle_timeout_ms;              /* 0 (never)..86400000, default 300000 */
     int frame_timeout_ms;             /* 1..3600000, default 10000 */
+    int write_timeout_ms;             /* 1..3600000, default 30000 */
+    int max_output_buffer;            /* 1048576..1073741824 bytes, default 33554432 */
     char *log_level;                  /* error|warning|info|debug, default info */
 
     /* [zookeeper] */

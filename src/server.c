@@ -55,6 +55,7 @@ typedef struct sf_conn {
     size_t out_len, out_off;
     int64_t last_active_ms;
     int64_t frame_start_ms; /* when the incomplete frame in `in` began; 0 = none */
+    int64_t out_since_ms;   /* since when replies have waited unsent; 0 = none wait */
     struct sf_conn *prev, *next;
     char peer[INET6_ADDRSTRLEN + 8];
 } sf_conn;
@@ -62,7 +63,7 @@ typedef struct sf_conn {
 /* Counters written by their own thread only, read by anyone. */
 typedef struct sf_thread_stats {
     atomic_uint_fast64_t accepted, frames_processed, frames_refused, idle_timeouts,
-        frame_timeouts;
+        frame_timeouts, write_timeouts, output_budget_closes, output_buffered;
 } sf_thread_stats;
 
 struct sf_thread {
@@ -75,10 +76,13 @@ struct sf_thread {
     GMutex queue_lock;
     GArray *queue;         /* accepted fds handed to this thread */
     sf_conn *conns;
+    sf_conn *dead;         /* closed during this event batch, freed after it */
     uint8_t *scratch;      /* every read lands here first */
     size_t scratch_cap;
     SfFrameTransport *transport;
     ThriftProtocol *protocol;
+    size_t out_total;      /* replies waiting unsent on this thread's connections */
+    size_t out_budget;     /* this thread's share of max_output_buffer */
     int64_t last_tick_ms;
     sf_thread_stats stats;
 };
@@ -99,7 +103,7 @@ struct sf_server {
     bool listen_paused;    /* the listener is out of epoll until accept_resume_ms */
     int64_t accept_resume_ms;
     sf_ratelog accept_log, refusal_log, bad_frame_log, frame_timeout_log, cut_frame_log,
-        watch_log;
+        watch_log, write_timeout_log, budget_log;
     atomic_bool stopping;
     int64_t stop_deadline_ms;
     bool started, stopped;
@@ -135,6 +139,27 @@ void sf_server_options_init(sf_server_options *opts)
     opts->max_connections = 16384;
     opts->idle_timeout_ms = 300000;
     opts->frame_timeout_ms = 10000;
+    opts->write_timeout_ms = 30000;
+    opts->max_output_buffer = 32 * 1024 * 1024;
+}
+
+/* Replies waiting unsent on c. */
+static size_t sf_conn_pending(const sf_conn *c)
+{
+    return c->out_len - c->out_off;
+}
+
+/* Books a change of c's unsent replies, from `before` bytes to what it holds now, in
+ * the thread's total, and notes since when replies have waited. */
+static void sf_conn_account(sf_thread *t, sf_conn *c, size_t before)
+{
+    size_t after = sf_conn_pending(c);
+    t->out_total = t->out_total - before + after;
+    if (after == 0)
+        c->out_since_ms = 0;
+    else if (before == 0)
+        c->out_since_ms = sf_now_ms();
+    atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
 }
 
 /* Writes a warning or message through a rate limiter: at most one line of its kind a
@@ -167,10 +192,15 @@ static void sf_conn_set_events(sf_thread *t, sf_conn *c, uint32_t events)
     c->events = events;
 }
 
-/* Closes and frees a connection. */
+/* Closes a connection and frees its buffers. The struct itself is freed at the end of
+ * the event batch (sf_thread_bury), since a later event of the same batch may still
+ * name it: the output budget closes connections other than the one being served. */
 static void sf_conn_close(sf_thread *t, sf_conn *c)
 {
+    t->out_total -= sf_conn_pending(c);
+    atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
     close(c->fd);
+    c->fd = -1;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -179,8 +209,32 @@ static void sf_conn_close(sf_thread *t, sf_conn *c)
         c->next->prev = c->prev;
     g_free(c->in);
     g_free(c->out);
-    g_free(c);
+    c->in = c->out = NULL;
+    c->in_len = c->out_len = c->out_off = 0;
+    c->prev = NULL;
+    c->next = t->dead;
+    t->dead = c;
     atomic_fetch_sub_explicit(&t->server->open_connections, 1, memory_order_relaxed);
+}
+
+/* Frees the connections closed during the last event batch. */
+static void sf_thread_bury(sf_thread *t)
+{
+    while (t->dead != NULL) {
+        sf_conn *c = t->dead;
+        t->dead = c->next;
+        g_free(c);
+    }
+}
+
+/* Closes a connection that broke a limit on its replies with a reset, so that what the
+ * kernel still holds for it is dropped at once rather than trickled out. */
+static void sf_conn_abort(sf_thread *t, sf_conn *c)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+        g_debug("SO_LINGER on connection from %s failed: %s", c->peer, g_strerror(errno));
+    sf_conn_close(t, c);
 }
 
 /* Takes over an accepted socket: non-blocking, no Nagle delay, watched for input. */
@@ -251,6 +305,7 @@ static bool sf_conn_write_pending(sf_conn *c)
  * what the socket does not take is kept on the connection. */
 static bool sf_conn_flush(sf_thread *t, sf_conn *c)
 {
+    size_t before = sf_conn_pending(c);
     size_t len;
     const uint8_t *reply = sf_frame_transport_output(t->transport, &len);
     size_t sent = 0;
@@ -283,6 +338,7 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
         c->out_len = pending + (len - sent);
         ok = sf_conn_write_pending(c);
     }
+    sf_conn_account(t, c, before);
     sf_frame_transport_reset_output(t->transport);
     return ok;
 }
@@ -396,7 +452,10 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
  * while the output was backed up. Returns false when c was closed. */
 static bool sf_conn_writable(sf_thread *t, sf_conn *c)
 {
-    if (!sf_conn_write_pending(c)) {
+    size_t before = sf_conn_pending(c);
+    bool ok = sf_conn_write_pending(c);
+    sf_conn_account(t, c, before);
+    if (!ok) {
         sf_conn_close(t, c);
         return false;
     }
@@ -538,6 +597,13 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
                                   c->peer, o->frame_timeout_ms, c->in_len);
             sf_bump(&t->stats.frame_timeouts, 1);
             sf_conn_close(t, c);
+        } else if (c->out_since_ms > 0 && now - c->out_since_ms >= o->write_timeout_ms) {
+            sf_server_log_limited(&t->server->write_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: %zu bytes of replies waited "
+                                  "unsent for %d ms (write_timeout_ms): it reads too slowly",
+                                  c->peer, sf_conn_pending(c), o->write_timeout_ms);
+            sf_bump(&t->stats.write_timeouts, 1);
+            sf_conn_abort(t, c);
         } else if (o->idle_timeout_ms > 0 && now - c->last_active_ms >= o->idle_timeout_ms) {
             g_debug("closing connection from %s: idle for %d ms (idle_timeout_ms)", c->peer,
                     o->idle_timeout_ms);
@@ -545,6 +611,32 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
             sf_conn_close(t, c);
         }
     }
+}
+
+/* Keeps this thread's unsent replies within its share of max_output_buffer by closing
+ * the connections holding the most (the slowest readers), one rate-limited line. */
+static void sf_thread_enforce_budget(sf_thread *t)
+{
+    unsigned closed = 0;
+    size_t freed = 0;
+    while (t->out_total > t->out_budget) {
+        sf_conn *worst = NULL;
+        for (sf_conn *c = t->conns; c != NULL; c = c->next)
+            if (worst == NULL || sf_conn_pending(c) > sf_conn_pending(worst))
+                worst = c;
+        if (worst == NULL || sf_conn_pending(worst) == 0)
+            break;
+        freed += sf_conn_pending(worst);
+        sf_conn_abort(t, worst);
+        closed++;
+    }
+    if (closed == 0)
+        return;
+    sf_bump(&t->stats.output_budget_closes, closed);
+    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
+                          "replies waiting unsent passed max_output_buffer = %d bytes: closed "
+                          "the %u slowest reader(s), freeing %zu bytes",
+                          t->server->opts.max_output_buffer, closed, freed);
 }
 
 /* Begins a graceful stop on this thread: answers what has arrived and
@@ -588,6 +680,8 @@ static void *sf_thread_main(void *arg)
                 sf_thread_take_queue(t);
             } else {
                 sf_conn *c = tag;
+                if (c->fd < 0)
+                    continue; /* closed earlier in this batch */
                 if (ev & EPOLLERR) {
                     sf_conn_close(t, c);
                     continue;
@@ -600,8 +694,11 @@ static void *sf_thread_main(void *arg)
                 }
                 if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) && (c->events & EPOLLIN))
                     sf_conn_serve(t, c, true);
+                if (t->out_total > t->out_budget)
+                    sf_thread_enforce_budget(t);
             }
         }
+        sf_thread_bury(t);
         int64_t now = sf_now_ms();
         if (!draining && atomic_load(&s->stopping)) {
             draining = true;
@@ -618,6 +715,7 @@ static void *sf_thread_main(void *arg)
     }
     while (t->conns != NULL)
         sf_conn_close(t, t->conns);
+    sf_thread_bury(t);
     return NULL;
 }
 
@@ -681,6 +779,8 @@ static gboolean sf_server_options_check(const sf_server_options *o, GError **err
     SF_CHECK_RANGE(max_connections, 1, 1000000)
     SF_CHECK_RANGE(idle_timeout_ms, 0, 86400000)
     SF_CHECK_RANGE(frame_timeout_ms, 1, 3600000)
+    SF_CHECK_RANGE(write_timeout_ms, 1, 3600000)
+    SF_CHECK_RANGE(max_output_buffer, 1048576, 1073741824)
 #undef SF_CHECK_RANGE
     if (o->bind_address == NULL) {
         g_set_error(error, SF_SERVER_ERROR, 0, "bind_address is not set");
@@ -764,6 +864,7 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         g_mutex_init(&t->queue_lock);
         t->queue = g_array_new(FALSE, FALSE, sizeof(int));
         t->scratch_cap = (size_t)opts->max_frame_size + 4 + SF_READ_SLACK;
+        t->out_budget = (size_t)opts->max_output_buffer / (size_t)s->nthreads;
         t->transport = sf_frame_transport_new();
         t->protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t->transport));
     }
@@ -879,6 +980,10 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
         out->frames_refused += atomic_load_explicit(&ts->frames_refused, memory_order_relaxed);
         out->idle_timeouts += atomic_load_explicit(&ts->idle_timeouts, memory_order_relaxed);
         out->frame_timeouts += atomic_load_explicit(&ts->frame_timeouts, memory_order_relaxed);
+        out->write_timeouts += atomic_load_explicit(&ts->write_timeouts, memory_order_relaxed);
+        out->output_budget_closes +=
+            atomic_load_explicit(&ts->output_budget_closes, memory_order_relaxed);
+        out->output_buffered += atomic_load_explicit(&ts->output_buffered, memory_order_relaxed);
     }
     int open = atomic_load(&s->open_connections);
     out->connections_open = open > 0 ? (uint64_t)open : 0;

@@ -17,6 +17,9 @@ typedef struct sf_server_options {
     int max_connections;       /* connections open at once; more are refused */
     int idle_timeout_ms;       /* close a silent connection after this; 0 = never */
     int frame_timeout_ms;      /* close a connection whose started frame stalls this long */
+    int write_timeout_ms;      /* close a connection whose replies wait unsent this long */
+    int max_output_buffer;     /* unsent replies over all connections, bytes; past it the
+                                * connections holding the most are closed */
 } sf_server_options;
 
 /* Totals since start, summed over the threads when read. */
@@ -28,10 +31,14 @@ typedef struct sf_server_stats {
     uint64_t frames_refused;       /* oversized, malformed or truncated */
     uint64_t idle_timeouts;
     uint64_t frame_timeouts;
+    uint64_t write_timeouts;       /* replies unsent for write_timeout_ms */
+    uint64_t output_budget_closes; /* closed past max_output_buffer */
+    uint64_t output_buffered;      /* bytes of replies waiting unsent now */
 } sf_server_stats;
 
 /* Fills the defaults: 0.0.0.0:7609, 2 threads, 64 KiB frames, 16384
- * connections, 300 s idle, 10 s per frame. */
+ * connections, 300 s idle, 10 s per frame, 30 s for replies to leave, 32 MiB of
+ * unsent replies in all. */
 void sf_server_options_init(sf_server_options *opts);
 
 /* Binds and listens (nothing is served yet). processor is referenced and

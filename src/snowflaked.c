@@ -125,6 +125,10 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "frames_refused", ss.frames_refused, "Oversized, malformed or truncated frames" },
         { "idle_timeouts", ss.idle_timeouts, "Connections closed after idle_timeout_ms" },
         { "frame_timeouts", ss.frame_timeouts, "Connections closed after frame_timeout_ms" },
+        { "write_timeouts", ss.write_timeouts,
+          "Connections closed after their replies waited unsent for write_timeout_ms" },
+        { "output_budget_closes", ss.output_budget_closes,
+          "Slowest readers closed past max_output_buffer" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
@@ -137,6 +141,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
                           "Datacenter id in use, -1 = none");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
                           "Thrift connections open");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "output_buffered_bytes", NULL,
+                          (int64_t)ss.output_buffered, "Bytes of replies waiting unsent");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_tracked", NULL,
                           (int64_t)hs.useragents_tracked,
                           "User agents counted by name (at most max_tracked_useragents)");
@@ -197,6 +203,8 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     so.max_connections = d->cfg.max_connections;
     so.idle_timeout_ms = d->cfg.idle_timeout_ms;
     so.frame_timeout_ms = d->cfg.frame_timeout_ms;
+    so.write_timeout_ms = d->cfg.write_timeout_ms;
+    so.max_output_buffer = d->cfg.max_output_buffer;
     d->server = sf_server_new(&so, proc, &err);
     g_object_unref(proc);
     if (d->server == NULL || !sf_server_start(d->server, &err)) {

@@ -193,7 +193,7 @@ def test_agent_cardinality_bounded():
     """Past max_tracked_useragents distinct agents, ids are counted under one 'other'
     counter, a gauge says how many agents were not tracked, and the stats answers stay
     bounded in size."""
-    with Server(args=["--set", "snowflake.max_tracked_useragents=50"], admin=True,
+    with Server(env={"SNOWFLAKE_MAX_TRACKED_USERAGENTS": "50"}, admin=True,
                 worker_id=WORKER, datacenter_id=DATACENTER) as srv:
         with srv.client() as api:
             for i in range(200):
@@ -232,7 +232,7 @@ def test_deep_nesting_refused():
     """With max_frame_size raised to 1 MiB, a frame nesting structs 200,000 deep closes
     that connection (it used to overflow the stack and kill the server); nesting within
     the limit is still skipped and answered."""
-    with Server(args=["--set", "snowflake.max_frame_size=1048576"], worker_id=WORKER,
+    with Server(env={"SNOWFLAKE_MAX_FRAME_SIZE": "1048576"}, worker_id=WORKER,
                 datacenter_id=DATACENTER) as srv:
         with sftest.raw_connect(srv.port) as s:
             s.sendall(nested_get_id_frame(32))
@@ -309,29 +309,44 @@ def trickle_reader(port, rcvbuf=4096):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.connect(("127.0.0.1", port))
-    s.sendall(pipelined_get_ids(20))
+    s.sendall(pipelined_get_ids(200))  # 18 MB: more than the kernel's buffers take
     return s
 
 
 def test_write_progress_timeout():
     """A client that reads its replies a trickle at a time, fast enough to count as
-    active but far too slow to take them, is closed after write_timeout_ms."""
-    with Server(args=["--set", "snowflake.write_timeout_ms=1000"], worker_id=WORKER,
+    active but far too slow to take them, is closed after write_timeout_ms with a reset
+    that drops what it had not read."""
+    with Server(env={"SNOWFLAKE_WRITE_TIMEOUT_MS": "1000"}, worker_id=WORKER,
                 datacenter_id=DATACENTER) as srv:
         s = trickle_reader(srv.port)
         try:
             s.settimeout(0.5)
-            closed = False
-            deadline = time.time() + 8
+            deadline = time.time() + 3
+            while time.time() < deadline:  # 160 bytes a second
+                try:
+                    if s.recv(16) == b"":
+                        break
+                except (ConnectionResetError, BrokenPipeError):
+                    break
+                except socket.timeout:
+                    pass
+                time.sleep(0.1)
+            # Now read as fast as possible: a closed connection ends within the few
+            # kilobytes still buffered here; an open one goes on sending 18 MB.
+            drained, closed = 0, False
+            deadline = time.time() + 5
             while time.time() < deadline and not closed:
                 try:
-                    closed = s.recv(16) == b""
+                    chunk = s.recv(65536)
+                    closed = chunk == b""
+                    drained += len(chunk)
                 except (ConnectionResetError, BrokenPipeError):
                     closed = True
                 except socket.timeout:
                     pass
-                time.sleep(0.1)
-            assert closed, "a trickling reader was never closed"
+            assert closed and drained < 2 * 1024 * 1024, \
+                "a trickling reader was never closed (%d bytes read fast after)" % drained
         finally:
             s.close()
         srv.wait_for(r"write_timeout_ms", 2)
@@ -341,14 +356,21 @@ def test_write_progress_timeout():
 def test_output_budget():
     """Past max_output_buffer bytes of replies waiting in total, the connections that
     hold the most are closed (one rate-limited log line) and the server serves on."""
-    with Server(args=["--set", "snowflake.max_output_buffer=4194304"], worker_id=WORKER,
-                datacenter_id=DATACENTER) as srv:
+    with Server(env={"SNOWFLAKE_MAX_OUTPUT_BUFFER": "4194304"}, admin=True,
+                worker_id=WORKER, datacenter_id=DATACENTER) as srv:
         socks = []
         try:
             for _ in range(12):
                 socks.append(trickle_reader(srv.port))
-            closed = sum(1 for s in socks if closed_by_peer(s, 3.0))
-            assert closed >= 1, "no reader was closed past the output budget"
+            deadline = time.time() + 5
+            while True:
+                stats = json.loads(srv.http("/stats.json")[1])
+                if stats["counters"]["output_budget_closes"] >= 1:
+                    break
+                assert time.time() < deadline, "no reader was closed past the output budget"
+                time.sleep(0.2)
+            assert stats["gauges"]["output_buffered_bytes"] <= 4194304 + 2 * 1048576, \
+                stats["gauges"]
         finally:
             close_all(socks)
         srv.wait_for(r"max_output_buffer", 2)
@@ -363,7 +385,8 @@ def main():
     for test in (test_nofile_raised_toward_hard_limit, test_descriptor_exhaustion_clamped,
                  test_descriptor_exhaustion_at_run_time, test_admin_health_past_1024_descriptors,
                  test_agent_length_limit, test_agent_cardinality_bounded,
-                 test_deep_nesting_refused, test_cli_refuses_deeply_nested_reply):
+                 test_deep_nesting_refused, test_cli_refuses_deeply_nested_reply,
+                 test_write_progress_timeout, test_output_budget):
         r.run(test)
     r.finish()
 
