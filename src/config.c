@@ -47,7 +47,7 @@ static const sf_key sf_keys[] = {
     { "snowflake", "startup_sleep_ms", SF_KEY_INT64, SF_FIELD(startup_sleep_ms), 0, 600000 },
     { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(worker_id_path), 0, 0 },
     { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(bind_address), 0, 0 },
-    { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, 4102444800000LL },
+    { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, SF_MAX_EPOCH_MS },
     { "snowflake", "max_clock_backward_wait_ms", SF_KEY_INT64,
       SF_FIELD(max_clock_backward_wait_ms), 0, 60000 },
     { "snowflake", "random_first_sequence", SF_KEY_BOOL, SF_FIELD(random_first_sequence), 0, 1 },
