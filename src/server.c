@@ -4,17 +4,17 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -55,7 +55,9 @@ typedef struct sf_conn {
     size_t out_len, out_off;
     int64_t last_active_ms;
     int64_t frame_start_ms; /* when the incomplete frame in `in` began; 0 = none */
-    int64_t out_since_ms;   /* since when replies have waited unsent; 0 = none wait */
+    uint64_t out_sent;      /* reply bytes sent so far */
+    uint64_t out_mark;      /* out_sent once every byte waiting at out_since_ms is sent */
+    int64_t out_since_ms;   /* since when the bytes up to out_mark have waited; 0 = none */
     struct sf_conn *prev, *next;
     char peer[INET6_ADDRSTRLEN + 8];
 } sf_conn;
@@ -150,15 +152,20 @@ static size_t sf_conn_pending(const sf_conn *c)
 }
 
 /* Books a change of c's unsent replies, from `before` bytes to what it holds now, in
- * the thread's total, and notes since when replies have waited. */
+ * the thread's total, and keeps the write-progress clock: once every byte that waited
+ * at the last mark has been sent, a new mark starts with what waits now. So a reader
+ * that keeps up never times out, even if its replies never drain to zero, and one that
+ * takes a trickle does, however often it reads. */
 static void sf_conn_account(sf_thread *t, sf_conn *c, size_t before)
 {
     size_t after = sf_conn_pending(c);
     t->out_total = t->out_total - before + after;
-    if (after == 0)
+    if (after == 0) {
         c->out_since_ms = 0;
-    else if (before == 0)
+    } else if (c->out_since_ms == 0 || c->out_sent >= c->out_mark) {
         c->out_since_ms = sf_now_ms();
+        c->out_mark = c->out_sent + after;
+    }
     atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
 }
 
@@ -293,6 +300,7 @@ static bool sf_conn_write_pending(sf_conn *c)
             return false;
         }
         c->out_off += (size_t)n;
+        c->out_sent += (uint64_t)n;
         c->last_active_ms = sf_now_ms();
     }
     g_free(c->out);
@@ -324,6 +332,7 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
             }
             sent += (size_t)n;
         }
+        c->out_sent += sent;
     }
     if (ok && sent < len) {
         /* Compact, then keep the rest for EPOLLOUT. */
