@@ -5,9 +5,12 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#include "ratelog.h"
 
 typedef struct sf_admin_item {
     sf_admin_kind kind;
@@ -37,6 +40,7 @@ struct sf_admin {
     gint64 start_unix_us;
     GMutex info_lock; /* guards version and build: set while requests may be answered */
     char *version, *build;
+    sf_ratelog log_limit; /* the library's error lines, e.g. accept() out of descriptors */
 };
 
 /* The percentiles of a timing, named as the original's admin service named them. */
@@ -401,6 +405,22 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
                                    "/ping or /server_info.json\n"));
 }
 
+/* Writes libmicrohttpd's error lines to our log at most once a second, with the count
+ * held back: out of descriptors it would repeat one for every connection tried. */
+static void sf_admin_log(void *cls, const char *fmt, va_list ap)
+{
+    sf_admin *a = cls;
+    uint64_t suppressed;
+    if (!sf_ratelog_allow(&a->log_limit, SF_RATELOG_INTERVAL_MS, &suppressed))
+        return;
+    char *msg = g_strdup_vprintf(fmt, ap);
+    g_strchomp(msg);
+    char note[64];
+    sf_ratelog_note(suppressed, note, sizeof note);
+    g_warning("admin endpoint: %s%s", msg, note);
+    g_free(msg);
+}
+
 sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn collect,
                          void *ctx, GError **error)
 {
@@ -422,11 +442,14 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
     a->ctx = ctx;
     a->start_unix_us = g_get_real_time();
     g_mutex_init(&a->info_lock);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* epoll (or poll) chosen by the library: select() cannot watch a socket numbered
+     * 1024 or above, which every admin connection is once the Thrift port holds that many. */
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     a->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, sf_admin_request, a,
                                  MHD_OPTION_SOCK_ADDR, res->ai_addr,
+                                 MHD_OPTION_EXTERNAL_LOGGER, sf_admin_log, a,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     freeaddrinfo(res);

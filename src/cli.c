@@ -111,9 +111,9 @@ static int cli_decode(int argc, char **argv)
             json = true;
             break;
         case 'e':
-            if (!cli_parse_i64(optarg, &epoch) || epoch < 0) {
-                fprintf(stderr, "snowflake: --epoch '%s' is not valid: expected ms 0..%" PRId64 "\n",
-                        optarg, INT64_MAX);
+            if (!cli_parse_i64(optarg, &epoch) || epoch < 0 || epoch > SF_MAX_EPOCH_MS) {
+                fprintf(stderr, "snowflake: --epoch '%s' is not valid: expected ms 0..%lld "
+                        "(up to 2100-01-01)\n", optarg, SF_MAX_EPOCH_MS);
                 return 2;
             }
             break;

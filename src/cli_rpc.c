@@ -2,6 +2,7 @@
  * through the generated Thrift client (framed transport, binary protocol). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
+#include "bounded_protocol.h"
 #include "connect.h"
 
 #include "snowflake.h"
@@ -206,7 +207,7 @@ static bool cli_rpc_open(cli_rpc_conn *conn, const cli_rpc_options *opts)
         return false;
     }
     conn->transport = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", conn->socket, NULL);
-    conn->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", conn->transport, NULL);
+    conn->protocol = sf_bounded_protocol_new(conn->transport);
     conn->client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", conn->protocol,
                                 "output_protocol", conn->protocol, NULL);
     return true;

@@ -49,15 +49,21 @@ static const sf_key sf_keys[] = {
     { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(bind_address), 0, 0 },
     { "snowflake", "listen_while_not_serving", SF_KEY_BOOL, SF_FIELD(listen_while_not_serving),
       0, 1 },
-    { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, 4102444800000LL },
+    { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, SF_MAX_EPOCH_MS },
     { "snowflake", "max_clock_backward_wait_ms", SF_KEY_INT64,
       SF_FIELD(max_clock_backward_wait_ms), 0, 60000 },
     { "snowflake", "random_first_sequence", SF_KEY_BOOL, SF_FIELD(random_first_sequence), 0, 1 },
     { "snowflake", "max_batch_size", SF_KEY_INT, SF_FIELD(max_batch_size), 1, 1000000 },
+    { "snowflake", "max_useragent_length", SF_KEY_INT, SF_FIELD(max_useragent_length), 1, 4096 },
+    { "snowflake", "max_tracked_useragents", SF_KEY_INT, SF_FIELD(max_tracked_useragents), 0,
+      100000 },
     { "snowflake", "max_frame_size", SF_KEY_INT, SF_FIELD(max_frame_size), 64, 16777216 },
     { "snowflake", "max_connections", SF_KEY_INT, SF_FIELD(max_connections), 1, 1000000 },
     { "snowflake", "idle_timeout_ms", SF_KEY_INT, SF_FIELD(idle_timeout_ms), 0, 86400000 },
     { "snowflake", "frame_timeout_ms", SF_KEY_INT, SF_FIELD(frame_timeout_ms), 1, 3600000 },
+    { "snowflake", "write_timeout_ms", SF_KEY_INT, SF_FIELD(write_timeout_ms), 1, 3600000 },
+    { "snowflake", "max_output_buffer", SF_KEY_INT, SF_FIELD(max_output_buffer), 1048576,
+      1073741824 },
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
     { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(zk_hosts), 0, 0 },
     { "zookeeper", "session_timeout_ms", SF_KEY_INT, SF_FIELD(zk_session_timeout_ms), 1000, 600000 },
@@ -91,10 +97,14 @@ void sf_config_init(sf_config *cfg)
     cfg->bind_address = g_strdup("0.0.0.0");
     cfg->epoch_ms = SF_TWITTER_EPOCH_MS;
     cfg->max_batch_size = 10000;
+    cfg->max_useragent_length = 255;
+    cfg->max_tracked_useragents = 1000;
     cfg->max_frame_size = 65536;
     cfg->max_connections = 16384;
     cfg->idle_timeout_ms = 300000;
     cfg->frame_timeout_ms = 10000;
+    cfg->write_timeout_ms = 30000;
+    cfg->max_output_buffer = 32 * 1024 * 1024;
     cfg->log_level = g_strdup("info");
     cfg->zk_hosts = g_strdup("");
     cfg->zk_session_timeout_ms = 10000;

@@ -38,10 +38,14 @@ typedef struct sf_config {
     int64_t max_clock_backward_wait_ms; /* 0..60000, default 0 */
     bool random_first_sequence;       /* default false */
     int max_batch_size;               /* 1..1000000, default 10000 */
+    int max_useragent_length;         /* 1..4096 bytes, default 255 */
+    int max_tracked_useragents;       /* 0..100000, default 1000 */
     int max_frame_size;               /* 64..16777216 bytes, default 65536 */
     int max_connections;              /* 1..1000000, default 16384 */
     int idle_timeout_ms;              /* 0 (never)..86400000, default 300000 */
     int frame_timeout_ms;             /* 1..3600000, default 10000 */
+    int write_timeout_ms;             /* 1..3600000, default 30000 */
+    int max_output_buffer;            /* 1048576..1073741824 bytes, default 33554432 */
     char *log_level;                  /* error|warning|info|debug, default info */
 
     /* [zookeeper] */

@@ -7,15 +7,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "agents.h"
 #include "latency.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and
  * readers sum the stripes, so the hot path never shares a written line. */
 #define SF_HANDLER_STRIPES 16
-/* Distinct user agents counted per stripe; later new agents are counted only
- * in ids_generated, so a client inventing agents cannot grow memory. */
-#define SF_HANDLER_MAX_AGENTS 1024
-
 #define SF_AGENT_GRAMMAR "[a-zA-Z][a-zA-Z\\-0-9]*"
 
 typedef struct sf_handler_stripe {
@@ -26,8 +23,6 @@ typedef struct sf_handler_stripe {
     atomic_uint_fast64_t clock_errors;
     atomic_uint_fast64_t ids_discarded;
     sf_latency timings[SF_HANDLER_METHODS];
-    GMutex agents_lock;
-    GHashTable *agents; /* char * agent -> uint64_t * count */
 } sf_handler_stripe;
 
 /* What requests are served with: one consistent copy of the published state. */
@@ -41,6 +36,8 @@ typedef struct sf_handler_view {
 struct _SfHandler {
     SfThriftSnowflakeHandler parent;
     int max_batch_size;
+    int max_useragent_length;
+    sf_agents *agents;      /* ids per agent, bounded by max_tracked_useragents */
     /* The published view, under a sequence lock: the registry's thread alone writes it
      * (under lock), requests read it without locking and retry while a write is under
      * way, so worker, gate, epoch and lease are always seen together. */
@@ -77,21 +74,13 @@ static sf_handler_stripe *sf_handler_my_stripe(SfHandler *h)
     return &h->stripes[sf_handler_thread_stripe];
 }
 
-/* Counts n ids for agent in the calling thread's stripe. */
+/* Counts n ids for agent in the calling thread's stripe: by name for the first
+ * max_tracked_useragents agents, under "other" beyond. */
 static void sf_handler_count_ids(SfHandler *h, const char *agent, uint64_t n)
 {
     sf_handler_stripe *s = sf_handler_my_stripe(h);
     atomic_fetch_add_explicit(&s->ids_generated, n, memory_order_relaxed);
-    g_mutex_lock(&s->agents_lock);
-    uint64_t *count = g_hash_table_lookup(s->agents, agent);
-    if (count != NULL) {
-        *count += n;
-    } else if (g_hash_table_size(s->agents) < SF_HANDLER_MAX_AGENTS) {
-        count = g_new(uint64_t, 1);
-        *count = n;
-        g_hash_table_insert(s->agents, g_strdup(agent), count);
-    }
-    g_mutex_unlock(&s->agents_lock);
+    sf_agents_count(h->agents, (unsigned)sf_handler_thread_stripe, agent, n);
 }
 
 static const char *const sf_handler_method_names[SF_HANDLER_METHODS] = {
@@ -232,14 +221,22 @@ static int64_t sf_handler_wait_budget_ms(const sf_handler_view *v)
     return left > 0 ? left : 0;
 }
 
-/* Fills *agent_error and returns TRUE when agent breaks the original's grammar. */
+/* Fills *agent_error and returns TRUE when agent is longer than max_useragent_length or
+ * breaks the original's grammar. The message quotes at most max_useragent_length bytes
+ * of it. */
 static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent,
                                             SfThriftInvalidUserAgentError **agent_error)
 {
-    if (G_LIKELY(agent != NULL && sf_useragent_valid(agent)))
+    size_t max = (size_t)h->max_useragent_length;
+    size_t len = agent != NULL ? strnlen(agent, max + 1) : 0;
+    if (G_LIKELY(agent != NULL && len <= max && sf_useragent_valid(agent)))
         return FALSE;
-    char *msg = g_strdup_printf("invalid user agent \"%s\": it must match %s",
-                                agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
+    char *msg = len > max
+                    ? g_strdup_printf("invalid user agent: longer than the %zu bytes allowed "
+                                      "(max_useragent_length); it must match %s",
+                                      max, SF_AGENT_GRAMMAR)
+                    : g_strdup_printf("invalid user agent \"%s\": it must match %s",
+                                      agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
     *agent_error = g_object_new(SF_THRIFT_TYPE_INVALID_USER_AGENT_ERROR, "message", msg, NULL);
     g_free(msg);
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->agent_errors, 1, memory_order_relaxed);
@@ -417,10 +414,19 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
     return ok;
 }
 
-SfHandler *sf_handler_new(int max_batch_size)
+void sf_handler_options_init(sf_handler_options *o)
+{
+    o->max_batch_size = 10000;
+    o->max_useragent_length = 255;
+    o->max_tracked_useragents = 1000;
+}
+
+SfHandler *sf_handler_new(const sf_handler_options *o)
 {
     SfHandler *h = g_object_new(SF_TYPE_HANDLER, NULL);
-    h->max_batch_size = max_batch_size >= 1 ? max_batch_size : 1;
+    h->max_batch_size = o->max_batch_size >= 1 ? o->max_batch_size : 1;
+    h->max_useragent_length = o->max_useragent_length >= 1 ? o->max_useragent_length : 1;
+    h->agents = sf_agents_new(o->max_tracked_useragents);
     return h;
 }
 
@@ -487,6 +493,11 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
         out->clock_errors += atomic_load_explicit(&s->clock_errors, memory_order_relaxed);
         out->ids_discarded += atomic_load_explicit(&s->ids_discarded, memory_order_relaxed);
     }
+    sf_agents_stats as;
+    sf_agents_get_stats(h->agents, &as);
+    out->useragents_tracked = as.tracked;
+    out->useragents_untracked = as.untracked;
+    out->ids_other_agents = as.other_ids;
     out->exceptions =
         out->agent_errors + out->request_errors + out->unavailable_errors + out->clock_errors;
     sf_worker *w = sf_handler_current_worker(h);
@@ -516,29 +527,7 @@ void sf_handler_foreach_timing(SfHandler *h, sf_handler_timing_fn fn, void *ctx)
 
 void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
 {
-    /* Merge the stripes first so each agent is reported once, in name order. */
-    GHashTable *merged = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    for (int i = 0; i < SF_HANDLER_STRIPES; i++) {
-        sf_handler_stripe *s = &h->stripes[i];
-        GHashTableIter it;
-        gpointer key, value;
-        g_mutex_lock(&s->agents_lock);
-        g_hash_table_iter_init(&it, s->agents);
-        while (g_hash_table_iter_next(&it, &key, &value)) {
-            uint64_t *sum = g_hash_table_lookup(merged, key);
-            if (sum == NULL) {
-                sum = g_new0(uint64_t, 1);
-                g_hash_table_insert(merged, g_strdup(key), sum);
-            }
-            *sum += *(uint64_t *)value;
-        }
-        g_mutex_unlock(&s->agents_lock);
-    }
-    GList *keys = g_list_sort(g_hash_table_get_keys(merged), (GCompareFunc)strcmp);
-    for (GList *k = keys; k != NULL; k = k->next)
-        fn(k->data, *(uint64_t *)g_hash_table_lookup(merged, k->data), ctx);
-    g_list_free(keys);
-    g_hash_table_unref(merged);
+    sf_agents_foreach(h->agents, fn, ctx);
 }
 
 /* Frees every worker ever set: no request can be running once the last
@@ -546,10 +535,7 @@ void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
 static void sf_handler_finalize(GObject *object)
 {
     SfHandler *h = SF_HANDLER(object);
-    for (int i = 0; i < SF_HANDLER_STRIPES; i++) {
-        g_hash_table_unref(h->stripes[i].agents);
-        g_mutex_clear(&h->stripes[i].agents_lock);
-    }
+    sf_agents_free(h->agents);
     free(h->stripes);
     g_ptr_array_free(h->retired, TRUE);
     g_free(h->reason);
@@ -561,6 +547,7 @@ static void sf_handler_finalize(GObject *object)
 static void sf_handler_init(SfHandler *h)
 {
     h->max_batch_size = 1;
+    h->max_useragent_length = 255;
     atomic_init(&h->view_seq, 0);
     atomic_init(&h->view_worker, NULL);
     atomic_init(&h->view_serving, false);
@@ -582,8 +569,6 @@ static void sf_handler_init(SfHandler *h)
         atomic_init(&s->ids_discarded, 0);
         for (int m = 0; m < SF_HANDLER_METHODS; m++)
             sf_latency_init(&s->timings[m]);
-        g_mutex_init(&s->agents_lock);
-        s->agents = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     }
 }
 

@@ -36,11 +36,26 @@ typedef struct sf_handler_stats {
     uint64_t sequence_waits;
     uint64_t clock_backward_waits;
     uint64_t clock_backward_errors;
+    /* Per-agent counting, bounded by max_tracked_useragents: */
+    uint64_t useragents_tracked;   /* agents counted by name */
+    uint64_t useragents_untracked; /* distinct agents beyond the cap (estimated) */
+    uint64_t ids_other_agents;     /* ids handed out to those */
 } sf_handler_stats;
 
+/* The handler's limits; start from sf_handler_options_init(). */
+typedef struct sf_handler_options {
+    int max_batch_size;         /* >= 1: get_ids' largest count (default 10000) */
+    int max_useragent_length;   /* >= 1: longer agents are refused (default 255) */
+    int max_tracked_useragents; /* >= 0: agents counted by name; the rest under
+                                 * "other" (default 1000) */
+} sf_handler_options;
+
+/* Fills the defaults. */
+void sf_handler_options_init(sf_handler_options *o);
+
 /* Creates a handler that refuses ids until a worker is published with the gate
- * open. max_batch_size (>= 1) bounds get_ids' count. */
-SfHandler *sf_handler_new(int max_batch_size);
+ * open, with the limits of o (copied). */
+SfHandler *sf_handler_new(const sf_handler_options *o);
 
 /* Publishes what ids are served with, all at once, so that no request pairs one state's
  * worker with another's gate or lease: w is the worker ids come from (the handler takes
@@ -98,7 +113,8 @@ typedef void (*sf_handler_timing_fn)(const char *method, const sf_latency_snapsh
                                      void *ctx);
 void sf_handler_foreach_timing(SfHandler *h, sf_handler_timing_fn fn, void *ctx);
 
-/* Calls fn once per user agent that has been given ids, with its count. */
+/* Calls fn once per tracked user agent that has been given ids, with its count, in name
+ * order (at most max_tracked_useragents calls). */
 typedef void (*sf_handler_agent_fn)(const char *agent, uint64_t count, void *ctx);
 void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx);
 

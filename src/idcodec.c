@@ -20,6 +20,15 @@ int sf_decode(int64_t id, int64_t epoch_ms, sf_decoded *out, sf_error *err)
         }
         return SF_ERR_ARG;
     }
+    if (epoch_ms < 0 || epoch_ms > SF_MAX_EPOCH_MS) {
+        if (err != NULL) {
+            err->code = SF_ERR_ARG;
+            err->behind_ms = 0;
+            snprintf(err->message, sizeof err->message,
+                     "epoch %" PRId64 " ms is outside 0..%lld", epoch_ms, SF_MAX_EPOCH_MS);
+        }
+        return SF_ERR_ARG;
+    }
     out->id = id;
     out->timestamp_ms = (id >> SF_TIMESTAMP_SHIFT) + epoch_ms;
     out->datacenter_id = (id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID;

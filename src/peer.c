@@ -11,6 +11,7 @@
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_socket.h>
 
+#include "bounded_protocol.h"
 #include "connect.h"
 #include "registry.h"
 #include "sf_thrift_snowflake.h"
@@ -51,7 +52,7 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
         return refused ? SF_REGISTRY_PEER_REFUSED : -1;
     }
     ThriftTransport *framed = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", sock, NULL);
-    ThriftProtocol *proto = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", framed, NULL);
+    ThriftProtocol *proto = sf_bounded_protocol_new(framed);
     SfThriftSnowflakeIf *client =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", proto, "output_protocol",
                      proto, NULL);

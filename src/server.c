@@ -4,23 +4,28 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
+#include "bounded_protocol.h"
 #include "frame_transport.h"
+#include "ratelog.h"
 
 /* Pending output above which a connection is not read until it drains: a
  * client that pipelines without reading cannot make us buffer more. */
@@ -33,6 +38,11 @@
 #define SF_LISTEN_BACKLOG 1024
 /* How often a failure to listen again (the port taken meanwhile) is retried and logged. */
 #define SF_LISTEN_RETRY_LOG_MS 5000
+/* Descriptors kept out of max_connections' reach: the listener, each thread's epoll and
+ * eventfd, the admin endpoint (64 connections and its own), ZooKeeper, the log. */
+#define SF_FD_RESERVE 96
+/* How long the listener rests after accept() ran out of descriptors or memory. */
+#define SF_ACCEPT_BACKOFF_MS 100
 
 typedef struct sf_thread sf_thread;
 
@@ -48,6 +58,9 @@ typedef struct sf_conn {
     size_t out_len, out_off;
     int64_t last_active_ms;
     int64_t frame_start_ms; /* when the incomplete frame in `in` began; 0 = none */
+    uint64_t out_sent;      /* reply bytes sent so far */
+    uint64_t out_mark;      /* out_sent once every byte waiting at out_since_ms is sent */
+    int64_t out_since_ms;   /* since when the bytes up to out_mark have waited; 0 = none */
     struct sf_conn *prev, *next;
     char peer[INET6_ADDRSTRLEN + 8];
 } sf_conn;
@@ -55,7 +68,8 @@ typedef struct sf_conn {
 /* Counters written by their own thread only, read by anyone. */
 typedef struct sf_thread_stats {
     atomic_uint_fast64_t accepted, frames_processed, frames_refused, idle_timeouts,
-        frame_timeouts, replies_withheld, connections_dropped;
+        frame_timeouts, replies_withheld, connections_dropped, write_timeouts,
+        output_budget_closes, output_buffered;
 } sf_thread_stats;
 
 struct sf_thread {
@@ -68,10 +82,13 @@ struct sf_thread {
     GMutex queue_lock;
     GArray *queue;         /* accepted fds handed to this thread */
     sf_conn *conns;
+    sf_conn *dead;         /* closed during this event batch, freed after it */
     uint8_t *scratch;      /* every read lands here first */
     size_t scratch_cap;
     SfFrameTransport *transport;
     ThriftProtocol *protocol;
+    size_t out_total;      /* replies waiting unsent on this thread's connections */
+    size_t out_budget;     /* this thread's share of max_output_buffer */
     int64_t last_tick_ms;
     unsigned seen_drop_epoch; /* the server's drop_epoch when this thread last dropped */
     sf_thread_stats stats;
@@ -92,7 +109,12 @@ struct sf_server {
     unsigned next_thread;  /* round robin for new connections (thread 0 only) */
     atomic_int open_connections;
     atomic_uint_fast64_t refused;
-    atomic_int_fast64_t last_refusal_log_ms;
+    int reserve_fd;        /* /dev/null, given up to take one connection off the
+                            * backlog when accept() runs out of descriptors */
+    bool listen_paused;    /* the listener is out of epoll until accept_resume_ms */
+    int64_t accept_resume_ms;
+    sf_ratelog accept_log, refusal_log, bad_frame_log, frame_timeout_log, cut_frame_log,
+        watch_log, write_timeout_log, budget_log;
     atomic_bool stopping;
     int64_t stop_deadline_ms;
     bool started, stopped;
@@ -133,6 +155,51 @@ void sf_server_options_init(sf_server_options *opts)
     opts->listen_at_start = true;
     opts->withhold_replies = NULL;
     opts->withhold_ctx = NULL;
+    opts->write_timeout_ms = 30000;
+    opts->max_output_buffer = 32 * 1024 * 1024;
+}
+
+/* Replies waiting unsent on c. */
+static size_t sf_conn_pending(const sf_conn *c)
+{
+    return c->out_len - c->out_off;
+}
+
+/* Books a change of c's unsent replies, from `before` bytes to what it holds now, in
+ * the thread's total, and keeps the write-progress clock: once every byte that waited
+ * at the last mark has been sent, a new mark starts with what waits now. So a reader
+ * that keeps up never times out, even if its replies never drain to zero, and one that
+ * takes a trickle does, however often it reads. */
+static void sf_conn_account(sf_thread *t, sf_conn *c, size_t before)
+{
+    size_t after = sf_conn_pending(c);
+    t->out_total = t->out_total - before + after;
+    if (after == 0) {
+        c->out_since_ms = 0;
+    } else if (c->out_since_ms == 0 || c->out_sent >= c->out_mark) {
+        c->out_since_ms = sf_now_ms();
+        c->out_mark = c->out_sent + after;
+    }
+    atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
+}
+
+/* Writes a warning or message through a rate limiter: at most one line of its kind a
+ * second, the next one saying how many were held back. */
+static void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+static void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+{
+    uint64_t suppressed;
+    if (!sf_ratelog_allow(rl, SF_RATELOG_INTERVAL_MS, &suppressed))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    char note[64];
+    sf_ratelog_note(suppressed, note, sizeof note);
+    g_log(NULL, level, "%s%s", msg, note);
+    g_free(msg);
 }
 
 /* Registers or updates a connection's epoll interest when it changed. */
@@ -146,10 +213,15 @@ static void sf_conn_set_events(sf_thread *t, sf_conn *c, uint32_t events)
     c->events = events;
 }
 
-/* Closes and frees a connection. */
+/* Closes a connection and frees its buffers. The struct itself is freed at the end of
+ * the event batch (sf_thread_bury), since a later event of the same batch may still
+ * name it: the output budget closes connections other than the one being served. */
 static void sf_conn_close(sf_thread *t, sf_conn *c)
 {
+    t->out_total -= sf_conn_pending(c);
+    atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
     close(c->fd);
+    c->fd = -1;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -158,8 +230,32 @@ static void sf_conn_close(sf_thread *t, sf_conn *c)
         c->next->prev = c->prev;
     g_free(c->in);
     g_free(c->out);
-    g_free(c);
+    c->in = c->out = NULL;
+    c->in_len = c->out_len = c->out_off = 0;
+    c->prev = NULL;
+    c->next = t->dead;
+    t->dead = c;
     atomic_fetch_sub_explicit(&t->server->open_connections, 1, memory_order_relaxed);
+}
+
+/* Frees the connections closed during the last event batch. */
+static void sf_thread_bury(sf_thread *t)
+{
+    while (t->dead != NULL) {
+        sf_conn *c = t->dead;
+        t->dead = c->next;
+        g_free(c);
+    }
+}
+
+/* Closes a connection that broke a limit on its replies with a reset, so that what the
+ * kernel still holds for it is dropped at once rather than trickled out. */
+static void sf_conn_abort(sf_thread *t, sf_conn *c)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+        g_debug("SO_LINGER on connection from %s failed: %s", c->peer, g_strerror(errno));
+    sf_conn_close(t, c);
 }
 
 /* Takes over an accepted socket: non-blocking, no Nagle delay, watched for input. */
@@ -194,7 +290,8 @@ static void sf_conn_adopt(sf_thread *t, int fd)
         t->conns->prev = c;
     t->conns = c;
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        g_warning("cannot watch connection from %s: %s", c->peer, g_strerror(errno));
+        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+                              "cannot watch connection from %s: %s", c->peer, g_strerror(errno));
         sf_conn_close(t, c);
         return;
     }
@@ -217,6 +314,7 @@ static bool sf_conn_write_pending(sf_conn *c)
             return false;
         }
         c->out_off += (size_t)n;
+        c->out_sent += (uint64_t)n;
         c->last_active_ms = sf_now_ms();
     }
     g_free(c->out);
@@ -229,6 +327,7 @@ static bool sf_conn_write_pending(sf_conn *c)
  * what the socket does not take is kept on the connection. */
 static bool sf_conn_flush(sf_thread *t, sf_conn *c)
 {
+    size_t before = sf_conn_pending(c);
     size_t len;
     const uint8_t *reply = sf_frame_transport_output(t->transport, &len);
     size_t sent = 0;
@@ -247,6 +346,7 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
             }
             sent += (size_t)n;
         }
+        c->out_sent += sent;
     }
     if (ok && sent < len) {
         /* Compact, then keep the rest for EPOLLOUT. */
@@ -261,6 +361,7 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
         c->out_len = pending + (len - sent);
         ok = sf_conn_write_pending(c);
     }
+    sf_conn_account(t, c, before);
     sf_frame_transport_reset_output(t->transport);
     return ok;
 }
@@ -278,7 +379,8 @@ static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, siz
                                              &frames, &err);
     sf_bump(&t->stats.frames_processed, frames);
     if (used < 0) {
-        g_message("closing connection from %s: %s", c->peer, err->message);
+        sf_server_log_limited(&t->server->bad_frame_log, G_LOG_LEVEL_MESSAGE,
+                              "closing connection from %s: %s", c->peer, err->message);
         g_clear_error(&err);
         sf_bump(&t->stats.frames_refused, 1);
     }
@@ -372,8 +474,9 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
             continue;
         if ((c->peer_closed || c->draining) && pending == 0) {
             if (c->peer_closed && c->in_len > 0) {
-                g_message("closing connection from %s: it closed in the middle of a frame "
-                          "(%zu bytes received)", c->peer, c->in_len);
+                sf_server_log_limited(&t->server->cut_frame_log, G_LOG_LEVEL_MESSAGE,
+                                      "closing connection from %s: it closed in the middle "
+                                      "of a frame (%zu bytes received)", c->peer, c->in_len);
                 sf_bump(&t->stats.frames_refused, 1);
             }
             sf_conn_close(t, c);
@@ -388,7 +491,10 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
  * while the output was backed up. Returns false when c was closed. */
 static bool sf_conn_writable(sf_thread *t, sf_conn *c)
 {
-    if (!sf_conn_write_pending(c)) {
+    size_t before = sf_conn_pending(c);
+    bool ok = sf_conn_write_pending(c);
+    sf_conn_account(t, c, before);
+    if (!ok) {
         sf_conn_close(t, c);
         return false;
     }
@@ -407,12 +513,50 @@ static bool sf_conn_writable(sf_thread *t, sf_conn *c)
 static void sf_server_log_refusal(sf_server *s)
 {
     uint64_t total = atomic_fetch_add(&s->refused, 1) + 1;
-    int64_t now = sf_now_ms();
-    int64_t last = atomic_load(&s->last_refusal_log_ms);
-    if (now - last >= 1000 && atomic_compare_exchange_strong(&s->last_refusal_log_ms, &last, now))
-        g_warning("refusing connection: %d connections open (max_connections); "
-                  "%" G_GUINT64_FORMAT " refused so far",
-                  s->opts.max_connections, total);
+    sf_server_log_limited(&s->refusal_log, G_LOG_LEVEL_WARNING,
+                          "refusing connection: %d connections open (max_connections); "
+                          "%" G_GUINT64_FORMAT " refused so far",
+                          s->opts.max_connections, total);
+}
+
+/* accept() ran out of descriptors or memory: the listener stays readable, so polling it
+ * again at once would spin. Takes one waiting client off the backlog with the reserve
+ * descriptor (it sees its connection closed rather than hanging), then rests the
+ * listener for SF_ACCEPT_BACKOFF_MS. */
+static void sf_thread_accept_exhausted(sf_thread *t, int err)
+{
+    sf_server *s = t->server;
+    sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                          "accept on port %d failed: %s; %d connections open; not accepting "
+                          "for %d ms (raise `ulimit -n` or lower max_connections)",
+                          s->port, g_strerror(err), atomic_load(&s->open_connections),
+                          SF_ACCEPT_BACKOFF_MS);
+    if (s->reserve_fd >= 0 && (err == EMFILE || err == ENFILE)) {
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL) != 0)
+        g_warning("cannot pause the listener on port %d: %s", s->port, g_strerror(errno));
+    s->listen_paused = true;
+    s->accept_resume_ms = sf_now_ms() + SF_ACCEPT_BACKOFF_MS;
+}
+
+/* Puts the listener back into epoll once its back-off is over (thread 0). */
+static void sf_thread_resume_accept(sf_thread *t, int64_t now)
+{
+    sf_server *s = t->server;
+    if (!s->listen_paused || now < s->accept_resume_ms || s->listen_fd < 0 || !s->listening)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        g_warning("cannot watch the listener on port %d again: %s", s->port, g_strerror(errno));
+        s->accept_resume_ms = now + SF_ACCEPT_BACKOFF_MS;
+        return;
+    }
+    s->listen_paused = false;
 }
 
 /* Accepts waiting connections (thread 0 owns the listener) and deals them
@@ -423,10 +567,14 @@ static void sf_thread_accept(sf_thread *t)
     for (int i = 0; i < 64; i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                g_warning("accept on port %d failed: %s", s->port, g_strerror(errno));
+            if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS)
+                sf_thread_accept_exhausted(t, err);
+            else if (err != EAGAIN && err != EWOULDBLOCK)
+                sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                                      "accept on port %d failed: %s", s->port, g_strerror(err));
             return;
         }
         if (atomic_fetch_add(&s->open_connections, 1) >= s->opts.max_connections) {
@@ -482,11 +630,19 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
         bool held_back = (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER;
         if (c->in_len > 0 && c->frame_start_ms > 0 && !held_back &&
             now - c->frame_start_ms >= o->frame_timeout_ms) {
-            g_message("closing connection from %s: a frame stayed incomplete for %d ms "
-                      "(frame_timeout_ms; %zu bytes received)",
-                      c->peer, o->frame_timeout_ms, c->in_len);
+            sf_server_log_limited(&t->server->frame_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: a frame stayed incomplete for "
+                                  "%d ms (frame_timeout_ms; %zu bytes received)",
+                                  c->peer, o->frame_timeout_ms, c->in_len);
             sf_bump(&t->stats.frame_timeouts, 1);
             sf_conn_close(t, c);
+        } else if (c->out_since_ms > 0 && now - c->out_since_ms >= o->write_timeout_ms) {
+            sf_server_log_limited(&t->server->write_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: %zu bytes of replies waited "
+                                  "unsent for %d ms (write_timeout_ms): it reads too slowly",
+                                  c->peer, sf_conn_pending(c), o->write_timeout_ms);
+            sf_bump(&t->stats.write_timeouts, 1);
+            sf_conn_abort(t, c);
         } else if (o->idle_timeout_ms > 0 && now - c->last_active_ms >= o->idle_timeout_ms) {
             g_debug("closing connection from %s: idle for %d ms (idle_timeout_ms)", c->peer,
                     o->idle_timeout_ms);
@@ -494,6 +650,32 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
             sf_conn_close(t, c);
         }
     }
+}
+
+/* Keeps this thread's unsent replies within its share of max_output_buffer by closing
+ * the connections holding the most (the slowest readers), one rate-limited line. */
+static void sf_thread_enforce_budget(sf_thread *t)
+{
+    unsigned closed = 0;
+    size_t freed = 0;
+    while (t->out_total > t->out_budget) {
+        sf_conn *worst = NULL;
+        for (sf_conn *c = t->conns; c != NULL; c = c->next)
+            if (worst == NULL || sf_conn_pending(c) > sf_conn_pending(worst))
+                worst = c;
+        if (worst == NULL || sf_conn_pending(worst) == 0)
+            break;
+        freed += sf_conn_pending(worst);
+        sf_conn_abort(t, worst);
+        closed++;
+    }
+    if (closed == 0)
+        return;
+    sf_bump(&t->stats.output_budget_closes, closed);
+    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
+                          "replies waiting unsent passed max_output_buffer = %d bytes: closed "
+                          "the %u slowest reader(s), freeing %zu bytes",
+                          t->server->opts.max_output_buffer, closed, freed);
 }
 
 /* Begins a graceful stop on this thread: answers what has arrived and
@@ -555,6 +737,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
+        s->listen_paused = false; /* an accept back-off ends with the listener */
         g_message("stopped accepting connections on port %d", s->port);
     }
     if (s->listen_fd < 0) {
@@ -621,6 +804,8 @@ static void *sf_thread_main(void *arg)
                 sf_thread_take_queue(t);
             } else {
                 sf_conn *c = tag;
+                if (c->fd < 0)
+                    continue; /* closed earlier in this batch */
                 if (ev & EPOLLERR) {
                     sf_conn_close(t, c);
                     continue;
@@ -633,8 +818,11 @@ static void *sf_thread_main(void *arg)
                 }
                 if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) && (c->events & EPOLLIN))
                     sf_conn_serve(t, c, true);
+                if (t->out_total > t->out_budget)
+                    sf_thread_enforce_budget(t);
             }
         }
+        sf_thread_bury(t);
         int64_t now = sf_now_ms();
         if (!draining && atomic_load(&s->stopping)) {
             draining = true;
@@ -647,6 +835,8 @@ static void *sf_thread_main(void *arg)
         }
         if (draining && (t->conns == NULL || now >= s->stop_deadline_ms))
             break;
+        if (t->index == 0 && !draining)
+            sf_thread_resume_accept(t, now);
         if (now - t->last_tick_ms >= SF_TICK_MS) {
             t->last_tick_ms = now;
             sf_thread_check_timeouts(t, now);
@@ -654,6 +844,7 @@ static void *sf_thread_main(void *arg)
     }
     while (t->conns != NULL)
         sf_conn_close(t, t->conns);
+    sf_thread_bury(t);
     return NULL;
 }
 
@@ -720,12 +911,52 @@ static gboolean sf_server_options_check(const sf_server_options *o, GError **err
     SF_CHECK_RANGE(max_connections, 1, 1000000)
     SF_CHECK_RANGE(idle_timeout_ms, 0, 86400000)
     SF_CHECK_RANGE(frame_timeout_ms, 1, 3600000)
+    SF_CHECK_RANGE(write_timeout_ms, 1, 3600000)
+    SF_CHECK_RANGE(max_output_buffer, 1048576, 1073741824)
 #undef SF_CHECK_RANGE
     if (o->bind_address == NULL) {
         g_set_error(error, SF_SERVER_ERROR, 0, "bind_address is not set");
         return FALSE;
     }
     return TRUE;
+}
+
+/* Raises the soft open-file limit toward the hard one, so that an operator's default
+ * `ulimit -n` of 1024 does not cap a server configured for more, then clamps
+ * max_connections to the descriptors left after SF_FD_RESERVE, logging the clamp once:
+ * past that, accept() would fail with EMFILE, and the admin endpoint and ZooKeeper would
+ * have none left either. */
+static void sf_server_fit_descriptors(sf_server_options *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        g_warning("cannot read the open-file limit: %s; max_connections = %d is not checked "
+                  "against it", g_strerror(errno), o->max_connections);
+        return;
+    }
+    rlim_t want = (rlim_t)o->max_connections + SF_FD_RESERVE + 4 * (rlim_t)o->threads;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = rl;
+        raised.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl = raised;
+        else
+            g_warning("cannot raise the open-file limit from %lu to %lu: %s",
+                      (unsigned long)rl.rlim_cur, (unsigned long)raised.rlim_cur,
+                      g_strerror(errno));
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return;
+    rlim_t kept = SF_FD_RESERVE + 4 * (rlim_t)o->threads;
+    int fit = rl.rlim_cur > kept + 16 ? (int)(rl.rlim_cur - kept) : 16;
+    g_warning("max_connections = %d does not fit the open-file limit of %lu (ulimit -n; hard "
+              "limit %lu) less %lu descriptors kept for the listener, the admin endpoint and "
+              "ZooKeeper: serving at most %d connections; raise the hard limit (ulimit -Hn, "
+              "systemd LimitNOFILE=) to serve more",
+              o->max_connections, (unsigned long)rl.rlim_cur,
+              rl.rlim_max == RLIM_INFINITY ? 0ul : (unsigned long)rl.rlim_max,
+              (unsigned long)kept, fit);
+    o->max_connections = fit;
 }
 
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
@@ -735,13 +966,16 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         return NULL;
     sf_server *s = g_new0(sf_server, 1);
     s->opts = *opts;
+    sf_server_fit_descriptors(&s->opts);
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (s->reserve_fd < 0)
+        g_warning("cannot open /dev/null for a reserve descriptor: %s", g_strerror(errno));
     s->bind_address = g_strdup(opts->bind_address);
     s->opts.bind_address = s->bind_address;
     s->processor = g_object_ref(processor);
     s->nthreads = opts->threads;
     atomic_init(&s->open_connections, 0);
     atomic_init(&s->refused, 0);
-    atomic_init(&s->last_refusal_log_ms, 0);
     atomic_init(&s->stopping, false);
     atomic_init(&s->want_listening, opts->listen_at_start);
     atomic_init(&s->drop_epoch, 0);
@@ -758,6 +992,8 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         }
     }
     if (s->listen_fd < 0) {
+        if (s->reserve_fd >= 0)
+            close(s->reserve_fd);
         g_object_unref(s->processor);
         g_free(s->bind_address);
         g_free(s);
@@ -773,8 +1009,9 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         g_mutex_init(&t->queue_lock);
         t->queue = g_array_new(FALSE, FALSE, sizeof(int));
         t->scratch_cap = (size_t)opts->max_frame_size + 4 + SF_READ_SLACK;
+        t->out_budget = (size_t)opts->max_output_buffer / (size_t)s->nthreads;
         t->transport = sf_frame_transport_new();
-        t->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", t->transport, NULL);
+        t->protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t->transport));
     }
     return s;
 }
@@ -871,6 +1108,8 @@ void sf_server_free(sf_server *s)
         g_object_unref(t->transport);
     }
     g_free(s->threads);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
     g_object_unref(s->processor);
     g_free(s->bind_address);
     g_free(s);
@@ -889,6 +1128,10 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
         out->replies_withheld += atomic_load_explicit(&ts->replies_withheld, memory_order_relaxed);
         out->connections_dropped +=
             atomic_load_explicit(&ts->connections_dropped, memory_order_relaxed);
+        out->write_timeouts += atomic_load_explicit(&ts->write_timeouts, memory_order_relaxed);
+        out->output_budget_closes +=
+            atomic_load_explicit(&ts->output_budget_closes, memory_order_relaxed);
+        out->output_buffered += atomic_load_explicit(&ts->output_buffered, memory_order_relaxed);
     }
     out->listening = atomic_load(&s->want_listening);
     int open = atomic_load(&s->open_connections);

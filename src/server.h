@@ -25,6 +25,9 @@ typedef struct sf_server_options {
      * (a transport error, which pooled clients retry elsewhere). NULL = always send. */
     bool (*withhold_replies)(void *ctx);
     void *withhold_ctx;
+    int write_timeout_ms;      /* close a connection whose replies wait unsent this long */
+    int max_output_buffer;     /* unsent replies over all connections, bytes; past it the
+                                * connections holding the most are closed */
 } sf_server_options;
 
 /* Totals since start, summed over the threads when read. */
@@ -39,10 +42,14 @@ typedef struct sf_server_stats {
     uint64_t replies_withheld;     /* connections closed unanswered by withhold_replies */
     uint64_t connections_dropped;  /* closed when listening stopped */
     bool listening;
+    uint64_t write_timeouts;       /* replies unsent for write_timeout_ms */
+    uint64_t output_budget_closes; /* closed past max_output_buffer */
+    uint64_t output_buffered;      /* bytes of replies waiting unsent now */
 } sf_server_stats;
 
 /* Fills the defaults: 0.0.0.0:7609, 2 threads, 64 KiB frames, 16384
- * connections, 300 s idle, 10 s per frame, listening from the start, replies always sent. */
+ * connections, 300 s idle, 10 s per frame, 30 s for replies to leave, 32 MiB of
+ * unsent replies in all, listening from the start, replies always sent. */
 void sf_server_options_init(sf_server_options *opts);
 
 /* Binds, and listens when listen_at_start (nothing is served yet). processor is referenced and

@@ -30,6 +30,8 @@ extern "C" {
 #define SF_TIMESTAMP_SHIFT (SF_SEQUENCE_BITS + SF_WORKER_ID_BITS + SF_DATACENTER_ID_BITS) /* 22 */
 /* The 41-bit timestamp field covers about 69 years after the epoch. */
 #define SF_MAX_TIMESTAMP_DELTA ((1LL << 41) - 1)
+/* The latest epoch accepted: 2100-01-01T00:00:00Z (snowflaked's epoch_ms allows no later). */
+#define SF_MAX_EPOCH_MS 4102444800000LL
 
 /* Error codes. */
 enum {
@@ -136,7 +138,8 @@ typedef struct sf_decoded {
     int64_t sequence;
 } sf_decoded;
 
-/* Splits an id made with the given epoch. Returns SF_ERR_ARG for a negative id. */
+/* Splits an id made with the given epoch. Returns SF_ERR_ARG for a negative id or an
+ * epoch outside 0..SF_MAX_EPOCH_MS. */
 int sf_decode(int64_t id, int64_t epoch_ms, sf_decoded *out, sf_error *err);
 
 /* Builds an id from fields, refusing out-of-range ones (the inverse of sf_decode). */

@@ -121,6 +121,8 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "clock_backward_waits", hs.clock_backward_waits, "Small backward clock steps waited out" },
         { "clock_backward_errors", hs.clock_backward_errors,
           "Ids refused because the clock moved backwards" },
+        { "ids_generated_other_agents", hs.ids_other_agents,
+          "Ids handed out to agents beyond max_tracked_useragents" },
         { "connections_accepted", ss.connections_accepted, "Thrift connections accepted" },
         { "connections_refused", ss.connections_refused,
           "Thrift connections refused over max_connections" },
@@ -138,6 +140,10 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         { "scribe_enqueue_failures", as.dropped, "The original's name for audit_dropped" },
         { "audit_send_failures", as.send_failures,
           "Failed deliveries to the audit sink (their entries are retried)" },
+        { "write_timeouts", ss.write_timeouts,
+          "Connections closed after their replies waited unsent for write_timeout_ms" },
+        { "output_budget_closes", ss.output_budget_closes,
+          "Slowest readers closed past max_output_buffer" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
@@ -154,6 +160,14 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
                           "1 while the Thrift port accepts connections");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "audit_queue_length", NULL, (int64_t)as.queued,
                           "Audit entries waiting for the sink");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "output_buffered_bytes", NULL,
+                          (int64_t)ss.output_buffered, "Bytes of replies waiting unsent");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_tracked", NULL,
+                          (int64_t)hs.useragents_tracked,
+                          "User agents counted by name (at most max_tracked_useragents)");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_untracked", NULL,
+                          (int64_t)hs.useragents_untracked,
+                          "Distinct user agents beyond max_tracked_useragents, estimated");
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(d->handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);
@@ -220,7 +234,12 @@ static gboolean sf_daemon_start_audit(sf_daemon *d)
  * worker id is held. */
 static gboolean sf_daemon_new_handler(sf_daemon *d)
 {
-    d->handler = sf_handler_new(d->cfg.max_batch_size);
+    sf_handler_options ho;
+    sf_handler_options_init(&ho);
+    ho.max_batch_size = d->cfg.max_batch_size;
+    ho.max_useragent_length = d->cfg.max_useragent_length;
+    ho.max_tracked_useragents = d->cfg.max_tracked_useragents;
+    d->handler = sf_handler_new(&ho);
     sf_handler_close(d->handler, "starting: no worker id registered yet");
     return TRUE;
 }
@@ -261,6 +280,8 @@ static gboolean sf_daemon_listen(sf_daemon *d)
         so.listen_at_start = false;
         so.withhold_replies = sf_daemon_withhold_replies;
     }
+    so.write_timeout_ms = d->cfg.write_timeout_ms;
+    so.max_output_buffer = d->cfg.max_output_buffer;
     d->server = sf_server_new(&so, proc, &err);
     g_object_unref(proc);
     if (d->server == NULL || !sf_server_start(d->server, &err)) {

@@ -1,5 +1,6 @@
 /* abuse_client.c -- misbehaving clients for the resource-bounds script: slowloris,
- * oversized frame headers, pipelining without reading, and connection churn.
+ * oversized frame headers, pipelining without reading, connection churn, a stream of
+ * distinct long user agents, and frames nesting structs far too deep.
  *
  * Each mode runs for --seconds and ends with one line
  * "abuse_client: mode=NAME key=value ..." for scripts to parse. It exits non-zero
@@ -27,7 +28,14 @@
 #include "load_clock.h"
 #include "load_wire.h"
 
-typedef enum { ABUSE_SLOWLORIS, ABUSE_BIGFRAME, ABUSE_PIPELINE, ABUSE_CHURN } abuse_mode;
+typedef enum {
+    ABUSE_SLOWLORIS,
+    ABUSE_BIGFRAME,
+    ABUSE_PIPELINE,
+    ABUSE_CHURN,
+    ABUSE_AGENTS,
+    ABUSE_NEST
+} abuse_mode;
 
 typedef struct abuse_options {
     const char *host;
@@ -36,7 +44,9 @@ typedef struct abuse_options {
     int connections; /* slowloris */
     double seconds;
     long requests;   /* pipeline */
-    int rate;        /* churn: connections per second; bigframe: attempts per second */
+    int rate;        /* churn: connections per second; bigframe, nest: attempts per second */
+    int length;      /* agents: bytes per agent */
+    int depth;       /* nest: structs nested in one frame */
 } abuse_options;
 
 /* Sleeps until the monotonic time t_ns (returns early on a signal). */
@@ -289,17 +299,169 @@ static int run_churn(const abuse_options *opt, const struct sockaddr_in *addr)
     return 0;
 }
 
+/* Sends all of buf[0..len) on a blocking socket; false when the server closed it. */
+static bool send_all(int fd, const uint8_t *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+/* Reads one reply frame (discarded); false when the connection ended first. */
+static bool read_reply(int fd)
+{
+    uint8_t head[4], buf[4096];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t n = recv(fd, head + got, 4 - got, 0);
+        if (n <= 0)
+            return false;
+        got += (size_t)n;
+    }
+    size_t left = load_wire_be32(head);
+    while (left > 0) {
+        ssize_t n = recv(fd, buf, left < sizeof buf ? left : sizeof buf, 0);
+        if (n <= 0)
+            return false;
+        left -= (size_t)n;
+    }
+    return true;
+}
+
+/* Distinct agents: get_id back to back on one connection, each call with a new valid
+ * agent of --length bytes, so that a server counting every agent by name grows without
+ * bound. A closed connection is reopened. */
+static int run_agents(const abuse_options *opt, const struct sockaddr_in *addr)
+{
+    char *agent = malloc((size_t)opt->length + 1);
+    if (agent == NULL) {
+        fprintf(stderr, "abuse_client: out of memory\n");
+        return 1;
+    }
+    memset(agent, 'a', (size_t)opt->length);
+    agent[opt->length] = '\0';
+    long calls = 0, replies = 0, reconnects = 0;
+    int fd = -1;
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    while (load_now_ns() < end && !load_stop_requested) {
+        if (fd < 0 && (fd = connect_to(addr)) < 0) {
+            fprintf(stderr, "abuse_client: cannot connect to %s:%d: %s\n", opt->host, opt->port,
+                    strerror(errno));
+            free(agent);
+            return 1;
+        }
+        /* The call number in letters at the end: "aaa...aab", a valid agent each time. */
+        long v = calls;
+        for (int i = opt->length - 1; i > 0 && v > 0; i--, v /= 26)
+            agent[i] = (char)('a' + v % 26);
+        size_t len = 0;
+        uint8_t *req = load_wire_encode(agent, 0, &len);
+        if (req == NULL) {
+            free(agent);
+            return 1;
+        }
+        calls++;
+        bool ok = send_all(fd, req, len) && read_reply(fd);
+        free(req);
+        if (ok) {
+            replies++;
+        } else {
+            close(fd);
+            fd = -1;
+            reconnects++;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    free(agent);
+    printf("abuse_client: mode=agents seconds=%.1f length=%d calls=%ld replies=%ld "
+           "reconnects=%ld\n",
+           opt->seconds, opt->length, calls, replies, reconnects);
+    return 0;
+}
+
+/* Deep nesting: --rate times a second, a get_id call whose arguments hold an unknown
+ * field nesting structs --depth deep (3 bytes a level), then waits up to 5 s for the
+ * server to close the connection. One left open counts as not refused. */
+static int run_nest(const abuse_options *opt, const struct sockaddr_in *addr)
+{
+    static const char name[] = "get_id", agent[] = "abuse";
+    size_t depth = (size_t)opt->depth;
+    size_t body = 8 + 6 + 4 + 3 + 4 + 5 + 3 + 3 * (depth - 1) + depth + 1;
+    uint8_t *frame = malloc(4 + body), *p = frame + 4;
+    if (frame == NULL) {
+        fprintf(stderr, "abuse_client: out of memory for a %zu-byte frame\n", body);
+        return 1;
+    }
+    const uint8_t head[] = {0x80, 0x01, 0x00, 0x01, 0, 0, 0, 6};
+    memcpy(p, head, sizeof head), p += sizeof head;
+    memcpy(p, name, 6), p += 6;
+    memset(p, 0, 4), p += 4;                                /* seqid */
+    *p++ = 11, *p++ = 0, *p++ = 1;                          /* field 1: string */
+    *p++ = 0, *p++ = 0, *p++ = 0, *p++ = 5;
+    memcpy(p, agent, 5), p += 5;
+    *p++ = 12, *p++ = 0, *p++ = 99;                         /* field 99: struct */
+    for (size_t i = 1; i < depth; i++)
+        *p++ = 12, *p++ = 0, *p++ = 1;
+    memset(p, 0, depth + 1), p += depth + 1;                /* every T_STOP */
+    frame[0] = (uint8_t)(body >> 24), frame[1] = (uint8_t)(body >> 16);
+    frame[2] = (uint8_t)(body >> 8), frame[3] = (uint8_t)body;
+    long attempts = 0, refused = 0, not_refused = 0, connect_failures = 0;
+    int64_t start = load_now_ns(), end = start + (int64_t)(opt->seconds * 1e9);
+    int64_t step = 1000000000LL / opt->rate;
+    for (int64_t t = start; t < end && !load_stop_requested; t += step) {
+        sleep_until(t);
+        int fd = connect_to(addr);
+        if (fd < 0) {
+            connect_failures++;
+            continue;
+        }
+        attempts++;
+        send_all(fd, frame, 4 + body); /* a reset mid-send is a refusal too */
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        bool closed = false;
+        int64_t wait_end = load_now_ns() + 5000000000LL;
+        while (!closed && load_now_ns() < wait_end && !load_stop_requested) {
+            int rc = poll(&pf, 1, (int)((wait_end - load_now_ns()) / 1000000) + 1);
+            if (rc > 0)
+                closed = peer_closed(fd);
+            else if (rc < 0 && errno != EINTR)
+                break;
+        }
+        if (closed)
+            refused++;
+        else
+            not_refused++;
+        close(fd);
+    }
+    free(frame);
+    printf("abuse_client: mode=nest seconds=%.1f depth=%d frame_bytes=%zu attempts=%ld "
+           "refused=%ld not_refused=%ld connect_failures=%ld\n",
+           opt->seconds, opt->depth, body, attempts, refused, not_refused, connect_failures);
+    return not_refused > 0 ? 1 : 0;
+}
+
 /* Prints usage. */
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: abuse_client --port N --mode slowloris|bigframe|pipeline|churn\n"
+            "usage: abuse_client --port N --mode slowloris|bigframe|pipeline|churn|agents|nest\n"
             "                    [--host ADDR] [--seconds T] [--connections C]\n"
-            "                    [--requests N] [--rate R]\n"
+            "                    [--requests N] [--rate R] [--length L] [--depth D]\n"
             "  slowloris  C connections (default 500) each send one byte a second\n"
             "  bigframe   R times a second (default 10) a frame header claiming 2 GiB\n"
             "  pipeline   N get_id requests (default 100000) written without reading\n"
-            "  churn      R connect/close a second (default 1000)\n");
+            "  churn      R connect/close a second (default 1000)\n"
+            "  agents     get_id back to back, each with a new agent of L bytes (default 255)\n"
+            "  nest       R times a second (default 10) a frame nesting structs D deep\n"
+            "             (default 200000: 800 KB, for a server with a raised max_frame_size)\n");
 }
 
 /* Parses a whole decimal integer in [min, max]; exits naming the flag otherwise. */
@@ -323,9 +485,10 @@ static void parse_options(int argc, char **argv, abuse_options *opt)
         {"mode", required_argument, NULL, 'm'},    {"seconds", required_argument, NULL, 's'},
         {"connections", required_argument, NULL, 'c'},
         {"requests", required_argument, NULL, 'n'}, {"rate", required_argument, NULL, 'r'},
+        {"length", required_argument, NULL, 'l'},  {"depth", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'H'},          {NULL, 0, NULL, 0}};
     *opt = (abuse_options){.host = "127.0.0.1", .mode = -1, .connections = 500, .seconds = 10,
-                           .requests = 100000, .rate = 0};
+                           .requests = 100000, .rate = 0, .length = 255, .depth = 200000};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (ch) {
@@ -344,9 +507,13 @@ static void parse_options(int argc, char **argv, abuse_options *opt)
                 opt->mode = ABUSE_PIPELINE;
             else if (strcmp(optarg, "churn") == 0)
                 opt->mode = ABUSE_CHURN;
+            else if (strcmp(optarg, "agents") == 0)
+                opt->mode = ABUSE_AGENTS;
+            else if (strcmp(optarg, "nest") == 0)
+                opt->mode = ABUSE_NEST;
             else {
                 fprintf(stderr, "abuse_client: --mode %s: expected slowloris, bigframe, "
-                                "pipeline or churn\n", optarg);
+                                "pipeline, churn, agents or nest\n", optarg);
                 exit(2);
             }
             break;
@@ -361,6 +528,12 @@ static void parse_options(int argc, char **argv, abuse_options *opt)
             break;
         case 'r':
             opt->rate = (int)parse_flag("rate", optarg, 1, 100000);
+            break;
+        case 'l':
+            opt->length = (int)parse_flag("length", optarg, 1, 1000000);
+            break;
+        case 'd':
+            opt->depth = (int)parse_flag("depth", optarg, 1, 5000000);
             break;
         case 'H':
             usage(stdout);
@@ -411,6 +584,12 @@ int main(int argc, char **argv)
         break;
     case ABUSE_PIPELINE:
         status = run_pipeline(&opt, &addr, req, req_len);
+        break;
+    case ABUSE_AGENTS:
+        status = run_agents(&opt, &addr);
+        break;
+    case ABUSE_NEST:
+        status = run_nest(&opt, &addr);
         break;
     default:
         status = run_churn(&opt, &addr);

@@ -61,6 +61,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg.epoch_ms, 1288834974657LL);
     ck_assert_int_eq(cfg.max_batch_size, 10000);
     ck_assert_int_eq(cfg.max_frame_size, 65536);
+    ck_assert_int_eq(cfg.max_useragent_length, 255);
+    ck_assert_int_eq(cfg.max_tracked_useragents, 1000);
+    ck_assert_int_eq(cfg.write_timeout_ms, 30000);
+    ck_assert_int_eq(cfg.max_output_buffer, 33554432);
     ck_assert_int_eq(cfg.admin_port, 9990);
     ck_assert_str_eq(cfg.worker_id_path, "/snowflake-servers");
     ck_assert_str_eq(cfg.zk_hosts, "");
@@ -121,6 +125,10 @@ static const struct {
     { "--log-level", "loud", "allowed error, warning, info or debug" },
     { "--threads", "0", "allowed an integer 1..256" },
     { "--set", "snowflake.max_batch_size=0", "[snowflake] max_batch_size = '0' (from --set) is not valid: allowed an integer 1..1000000" },
+    { "--set", "snowflake.max_useragent_length=4097", "[snowflake] max_useragent_length = '4097' (from --set) is not valid: allowed an integer 1..4096" },
+    { "--set", "snowflake.max_tracked_useragents=-1", "allowed an integer 0..100000" },
+    { "--set", "snowflake.write_timeout_ms=0", "allowed an integer 1..3600000" },
+    { "--set", "snowflake.max_output_buffer=1048575", "allowed an integer 1048576..1073741824" },
     { "--set", "snowflake.nope=1", "--set: unknown key 'nope' in group [snowflake]" },
     { "--set", "noequals", "expected GROUP.KEY=VALUE" },
 };

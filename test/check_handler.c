@@ -10,6 +10,15 @@
 #include "thrift_fix.h"
 #include "snowflake.h"
 
+/* A handler with the default limits and get_ids' count bounded by max_batch. */
+static SfHandler *new_handler(int max_batch)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    o.max_batch_size = max_batch;
+    return sf_handler_new(&o);
+}
+
 static int64_t boot_ms(void)
 {
     struct timespec ts;
@@ -95,7 +104,7 @@ START_TEST(lease_lapsing_while_the_id_is_made_refuses_it)
     /* The request passed the check, then the node froze past its lease: the id made
      * afterwards may collide with the next holder's, so it is never handed out. */
     hooked_clock clock = { .hook = expire_lease };
-    SfHandler *h = sf_handler_new(10);
+    SfHandler *h = new_handler(10);
     clock.h = h;
     sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000, NULL);
     int64_t id;
@@ -118,7 +127,7 @@ START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
     /* The node was fenced and claimed another worker id while a request was making an
      * id with the old one: that id belongs to a worker id another node may now hold. */
     hooked_clock clock = { .hook = replace_worker };
-    SfHandler *h = sf_handler_new(10);
+    SfHandler *h = new_handler(10);
     clock.h = h;
     clock.replacement = new_worker(9, 0, NULL);
     sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, 0, NULL);
@@ -145,7 +154,7 @@ START_TEST(backward_wait_never_outlasts_the_lease)
     /* A 5 s backward step may be waited out (max 60 s), but the lease ends in 300 ms:
      * waiting longer only makes an id that must be refused, with the lock held. */
     hooked_clock clock = { 0 };
-    SfHandler *h = sf_handler_new(10);
+    SfHandler *h = new_handler(10);
     clock.h = h;
     sf_worker *w = new_worker(3, 60000, &clock);
     sf_handler_publish(h, w, TRUE, boot_ms() + 300, NULL);
@@ -167,7 +176,7 @@ START_TEST(lease_runs_on_the_boot_clock)
      * is suspended (CLOCK_MONOTONIC stops): a lease that ended a second ago on the boot
      * clock is over, whatever the monotonic clock says. test_handler_timens.sh runs
      * this in a time namespace where the two clocks are 100 s apart. */
-    SfHandler *h = sf_handler_new(10);
+    SfHandler *h = new_handler(10);
     sf_handler_publish(h, new_worker(3, 0, NULL), TRUE, boot_ms() - 1000, NULL);
     int64_t id;
     gboolean unavailable;

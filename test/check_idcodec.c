@@ -84,6 +84,19 @@ START_TEST(test_decode_negative_refused)
 }
 END_TEST
 
+/* An epoch so late that epoch + the 41-bit timestamp overflows is refused, not wrapped. */
+START_TEST(test_decode_huge_epoch_refused)
+{
+    sf_decoded d;
+    sf_error err;
+    ck_assert_int_eq(sf_decode(INT64_MAX, INT64_MAX, &d, &err), SF_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "epoch"));
+    ck_assert_int_eq(sf_decode(INT64_MAX, -1, &d, &err), SF_ERR_ARG);
+    ck_assert_int_eq(sf_decode(INT64_MAX, SF_MAX_EPOCH_MS, &d, &err), SF_OK);
+    ck_assert_int_eq(d.timestamp_ms, SF_MAX_EPOCH_MS + SF_MAX_TIMESTAMP_DELTA);
+}
+END_TEST
+
 START_TEST(test_compose_out_of_range)
 {
     sf_decoded f = { .timestamp_ms = SF_TWITTER_EPOCH_MS, .worker_id = 32 };
@@ -111,6 +124,7 @@ static Suite *idcodec_suite(void)
     tcase_add_loop_test(tc, test_round_trip_generated, 0, 8);
     tcase_add_test(tc, test_round_trip_fields);
     tcase_add_test(tc, test_decode_negative_refused);
+    tcase_add_test(tc, test_decode_huge_epoch_refused);
     tcase_add_test(tc, test_compose_out_of_range);
     suite_add_tcase(s, tc);
     return s;

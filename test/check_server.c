@@ -32,6 +32,15 @@ static SfHandler *handler;
 static sf_server *server;
 static int port;
 
+/* A handler with the default limits and get_ids' count bounded by max_batch. */
+static SfHandler *new_handler(int max_batch)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    o.max_batch_size = max_batch;
+    return sf_handler_new(&o);
+}
+
 /* A real client of the generated code over a framed socket. */
 typedef struct client {
     ThriftSocket *socket;
@@ -58,7 +67,7 @@ static void start_server_full(int max_connections, bool follow_gate)
     wo.worker_id = TEST_WORKER;
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
-    handler = sf_handler_new(TEST_MAX_BATCH);
+    handler = new_handler(TEST_MAX_BATCH);
     sf_handler_publish(handler, w, TRUE, 0, NULL);
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);

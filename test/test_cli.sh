@@ -28,6 +28,9 @@ check "later valid id still decoded" "2010-11-04T01:42:54.657Z" "$out"
 out=$("$cli" decode 99999999999999999999 2>&1); rc=$?
 check "overflow exit" "1" "$rc"
 check "overflow named" "'99999999999999999999' is not an id" "$out"
+out=$("$cli" decode --epoch 9223372036854775807 4194725930 2>&1); rc=$?
+check "huge epoch exit" "2" "$rc"
+check "huge epoch named" "--epoch '9223372036854775807' is not valid: expected ms 0..4102444800000" "$out"
 out=$("$cli" frobnicate 2>&1); rc=$?
 check "unknown command exit" "2" "$rc"
 check "unknown command named" "unknown command 'frobnicate'" "$out"

@@ -59,5 +59,74 @@ expect "an id out of range is refused" "[ $rc -eq 2 ]"
 $TOOL --zookeeper 127.0.0.1:1 --timeout-ms 500 list >/dev/null 2>&1; rc=$?
 expect "no ZooKeeper is an error" "[ $rc -ne 0 ]"
 
+# release re-checks the node after asking: replaced meanwhile (another creation, another
+# holder), it is kept.
+$PY - "$hosts" <<'PY' || bad "seed node 11"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/snowflake-servers/11", b"127.0.0.1:11", makepath=True)
+z.stop()
+PY
+fifo="$dir/answer"
+mkfifo "$fifo"
+$T release 11 <"$fifo" >"$dir/release.out" 2>&1 &
+release_pid=$!
+exec 3>"$fifo"
+for _ in $(seq 150); do
+  grep -q 'delete /snowflake-servers/11' "$dir/release.out" && break
+  sleep 0.1
+done
+$PY - "$hosts" <<'PY' || bad "replace node 11"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.delete("/snowflake-servers/11")
+z.create("/snowflake-servers/11", b"127.0.0.1:12")
+z.stop()
+PY
+echo y >&3
+exec 3>&-
+wait "$release_pid"; rc=$?
+expect "release of a node replaced while asking fails" "[ $rc -eq 1 ]"
+expect "release names the change" "grep -q 'changed since it was read' \"$dir/release.out\""
+expect "the replacing node is kept" "$T list | grep -q '^11 .*127.0.0.1:12'"
+
+# The Thrift code is imported from absolute paths only: code planted in the current
+# directory, where a relative path would find it, is never run.
+$PY - "$hosts" <<'PY' || bad "seed node 17"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/snowflake-servers/17", b"127.0.0.1:17", makepath=True)
+z.stop()
+PY
+plant="$dir/plant"
+mkdir -p "$plant/thrift/gen-py/snowflake_thrift"
+echo "open('$plant/ran', 'w').close()" >"$plant/thrift/gen-py/snowflake_thrift/__init__.py"
+tool_abs="$(cd "$top_srcdir" && pwd)/scripts/snowflake-zk"
+(cd "$plant" && env -u top_builddir -u SNOWFLAKE_GEN_PY $PY "$tool_abs" --zookeeper "$hosts" \
+  inspect 17 >/dev/null 2>&1)
+expect "no code from the current directory is imported" "[ ! -e \"$plant/ran\" ]"
+
+# The credential can come from a file, out of sight of ps.
+$PY - "$hosts" <<'PY' || bad "seed a secured node"
+import sys
+from kazoo.client import KazooClient
+from kazoo.security import make_acl, make_digest_acl
+z = KazooClient(hosts=sys.argv[1], auth_data=[("digest", "ops:secret")]); z.start()
+acl = [make_digest_acl("ops", "secret", all=True), make_acl("world", "anyone", read=True)]
+z.create("/secured", b"", acl=acl)
+z.create("/secured/13", b"127.0.0.1:13", acl=acl)
+z.stop()
+PY
+$T --path /secured release 13 --yes >/dev/null 2>&1; rc=$?
+expect "release without the credential is refused" "[ $rc -eq 1 ]"
+echo "ops:secret" >"$dir/auth"
+$T --path /secured --auth-file "$dir/auth" release 13 --yes >/dev/null; rc=$?
+expect "release with --auth-file deletes" "[ $rc -eq 0 ] && ! $T --path /secured list | grep -q '^13 '"
+$T --auth-file "$dir/missing" list >/dev/null 2>&1; rc=$?
+expect "a missing --auth-file is an error" "[ $rc -eq 2 ]"
+
 echo "test_snowflake_zk: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

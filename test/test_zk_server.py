@@ -254,6 +254,56 @@ def unreachable_peer():
         zk.stop()
 
 
+def deeply_nested_peer_reply():
+    """A fake peer answers the start-up check with a reply nesting structs 200,000 deep
+    (800 KB, one frame): the node reports the peer as broken and exits cleanly; reading
+    the reply used to overflow its stack."""
+    import socket
+    import struct
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+
+    def fake_peer():
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(10)
+            try:
+                head = conn.recv(4)
+                need = struct.unpack(">i", head)[0] if len(head) == 4 else 0
+                while need > 0:
+                    need -= len(conn.recv(need))
+                name, depth = b"get_worker_id", 200000
+                body = struct.pack(">Ii", 0x80010002, len(name)) + name + struct.pack(">i", 0)
+                body += struct.pack(">bh", 12, 99) + struct.pack(">bh", 12, 1) * (depth - 1)
+                body += b"\x00" * (depth + 1)
+                conn.sendall(struct.pack(">i", len(body)) + body)
+                conn.recv(1)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=fake_peer, daemon=True)
+    t.start()
+    zk = ZK.client()
+    try:
+        zk.create("/nestpeer/4", ("127.0.0.1:%d" % port).encode(), ephemeral=True, makepath=True)
+        s = zk_server("/nestpeer", worker_id=1,
+                      extra=["--set", "snowflake.thrift_server_threads=1"]).start()
+        rc = s.wait_exit(20)
+        assert rc is not None and rc > 0, "exit status %r (negative: a signal); log:\n%s" % (
+            rc, s.log())
+        assert "nested more than 64" in s.log(), s.log()
+    finally:
+        zk.stop()
+        listener.close()
+        t.join(10)
+
+
 def stale_node_of_restarted_peer():
     """A node left by a process that restarted at the same address and took
     another id is reported as stale, not as insanity; with
@@ -434,6 +484,7 @@ def main():
     r.run(peer_in_another_datacenter)
     r.run(peer_clock_30_seconds_ahead)
     r.run(unreachable_peer)
+    r.run(deeply_nested_peer_reply)
     r.run(stale_node_of_restarted_peer)
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)

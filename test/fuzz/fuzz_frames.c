@@ -9,6 +9,7 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/thrift_application_exception.h>
 
+#include "bounded_protocol.h"
 #include "frame_transport.h"
 #include "handler.h"
 #include "snowflake.h"
@@ -16,9 +17,22 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The largest max_frame_size allowed (16 MiB), so that what a raised limit lets in,
+ * such as deeply nested structs, is fuzzed too. */
+#define FUZZ_MAX_FRAME_SIZE 16777216
+
 static SfFrameTransport *fuzz_transport;
 static ThriftProtocol *fuzz_protocol;
 static ThriftProcessor *fuzz_processor;
+
+/* A handler with the default limits and get_ids' count bounded by max_batch. */
+static SfHandler *new_handler(int max_batch)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    o.max_batch_size = max_batch;
+    return sf_handler_new(&o);
+}
 
 /* One handler, processor and transport for the whole run, as one server
  * thread keeps them for every connection. */
@@ -33,7 +47,7 @@ static void fuzz_frames_init(void)
         abort();
     sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
-    SfHandler *handler = sf_handler_new(100);
+    SfHandler *handler = new_handler(100);
     sf_handler_publish(handler, w, TRUE, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
@@ -41,7 +55,7 @@ static void fuzz_frames_init(void)
      * it is not mistaken for a leak of the input that happened to need it. */
     g_type_class_ref(THRIFT_TYPE_APPLICATION_EXCEPTION);
     fuzz_transport = sf_frame_transport_new();
-    fuzz_protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", fuzz_transport, NULL);
+    fuzz_protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(fuzz_transport));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -51,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t frames = 0;
     GError *error = NULL;
     ssize_t used = sf_frame_transport_answer(fuzz_transport, fuzz_protocol, fuzz_processor, data,
-                                             size, 65536, 1024 * 1024, &frames, &error);
+                                             size, FUZZ_MAX_FRAME_SIZE, 1024 * 1024, &frames,
+                                             &error);
     if (used < 0 && (error == NULL || error->message[0] == '\0'))
         abort(); /* a refusal must say why */
     if (used > (ssize_t)size)

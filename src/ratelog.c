@@ -1,0 +1,38 @@
+/* ratelog.c -- sf_ratelog: at most one line of a kind per interval, with the count of the
+ * lines held back written on the next one that goes through. */
+#define _POSIX_C_SOURCE 200809L
+#include "ratelog.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <time.h>
+
+/* Monotonic milliseconds: the interval must not jump with the wall clock. The +1 keeps
+ * 0 free to mean "never". */
+static int64_t sf_ratelog_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1;
+}
+
+bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed)
+{
+    int64_t now = sf_ratelog_now_ms();
+    int64_t last = atomic_load_explicit(&rl->last_ms, memory_order_relaxed);
+    if ((last == 0 || now - last >= interval_ms) &&
+        atomic_compare_exchange_strong(&rl->last_ms, &last, now)) {
+        *suppressed = atomic_exchange(&rl->suppressed, 0);
+        return true;
+    }
+    atomic_fetch_add_explicit(&rl->suppressed, 1, memory_order_relaxed);
+    return false;
+}
+
+void sf_ratelog_note(uint64_t n, char *buf, unsigned long size)
+{
+    if (n == 0)
+        snprintf(buf, size, "%s", "");
+    else
+        snprintf(buf, size, " (%" PRIu64 " similar line%s suppressed)", n, n == 1 ? "" : "s");
+}

@@ -1,0 +1,29 @@
+/* ratelog.h -- sf_ratelog: lets a repeating log line through at most once an interval and
+ * counts the ones held back, so that a fault repeating thousands of times a second
+ * writes a line a second, not a full disk. */
+#ifndef SF_RATELOG_H
+#define SF_RATELOG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One per kind of line; zero-initialised (static, or memset) is ready to use. */
+typedef struct sf_ratelog {
+    atomic_int_fast64_t last_ms;      /* when a line last went through; 0 = never */
+    atomic_uint_fast64_t suppressed;  /* lines held back since then */
+} sf_ratelog;
+
+/* The default interval between two lines of one kind. */
+#define SF_RATELOG_INTERVAL_MS 1000
+
+/* TRUE when a line may be written now (at most one per interval_ms, from any thread);
+ * *suppressed then receives how many were held back since the last one. FALSE counts
+ * this one as held back. */
+bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed);
+
+/* Writes " (N similar lines suppressed)" into buf (or "" when n is 0), for appending to
+ * the line that goes through. */
+void sf_ratelog_note(uint64_t n, char *buf, unsigned long size);
+
+#endif /* SF_RATELOG_H */
