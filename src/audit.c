@@ -29,13 +29,18 @@
 
 G_DEFINE_QUARK(sf-audit-error-quark, sf_audit_error)
 
-/* The ids of one call, queued together: n ids, then the agent's bytes. */
+/* The ids of one call, queued together: n ids, their n tags, then the agent's bytes. */
 typedef struct sf_audit_batch {
     struct sf_audit_batch *next;
-    size_t n;
+    size_t n, bytes;
     const char *agent;
+    int64_t *tags;
     int64_t ids[];
 } sf_audit_batch;
+
+/* What the queue may hold per entry on average, agent included: a full queue of one-id
+ * calls with 255-byte agents fits. */
+#define SF_AUDIT_BYTES_PER_ENTRY 320
 
 struct sf_audit {
     sf_audit_options o;
@@ -44,7 +49,7 @@ struct sf_audit {
     GCond cond;
     sf_audit_batch *head, *tail;
     size_t head_sent;         /* ids of head already delivered */
-    size_t queued;
+    size_t queued, queued_bytes;
     uint64_t sent, dropped, send_failures;
     gboolean stopping;
     gint64 stop_deadline_us;  /* monotonic: give up delivering after this */
@@ -57,7 +62,6 @@ struct sf_audit {
     ThriftTransport *transport;
     ThriftProtocol *protocol;
     SfScribeScribeIf *client;
-    uint64_t rng;
     unsigned failing;         /* failed attempts in a row */
 };
 
@@ -73,13 +77,18 @@ void sf_audit_options_init(sf_audit_options *o)
     o->file = NULL;
 }
 
-/* A random 64-bit tag per entry, as the original's; xorshift64* seeded from the kernel. */
-static int64_t sf_audit_next_tag(sf_audit *a)
+/* A random 64-bit tag per entry, as the original's, drawn when the entry is made so that
+ * a batch sent again carries the same tags (downstream can drop repeats by tag):
+ * xorshift64* per thread, seeded from the kernel. */
+static int64_t sf_audit_next_tag(void)
 {
-    a->rng ^= a->rng >> 12;
-    a->rng ^= a->rng << 25;
-    a->rng ^= a->rng >> 27;
-    return (int64_t)(a->rng * 0x2545F4914F6CDD1DULL);
+    static _Thread_local uint64_t rng;
+    if (rng == 0 && (getrandom(&rng, sizeof rng, 0) != (ssize_t)sizeof rng || rng == 0))
+        rng = (uint64_t)g_get_real_time() | 1;
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return (int64_t)(rng * 0x2545F4914F6CDD1DULL);
 }
 
 void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agent)
@@ -87,21 +96,28 @@ void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agen
     if (a == NULL || n == 0)
         return;
     size_t agent_len = strlen(agent);
-    sf_audit_batch *b = g_malloc(sizeof *b + n * sizeof(int64_t) + agent_len + 1);
+    size_t bytes = sizeof(sf_audit_batch) + 2 * n * sizeof(int64_t) + agent_len + 1;
+    sf_audit_batch *b = g_malloc(bytes);
     b->next = NULL;
     b->n = n;
+    b->bytes = bytes;
     memcpy(b->ids, ids, n * sizeof(int64_t));
-    char *copy = (char *)(b->ids + n);
+    b->tags = b->ids + n;
+    for (size_t i = 0; i < n; i++)
+        b->tags[i] = sf_audit_next_tag();
+    char *copy = (char *)(b->tags + n);
     memcpy(copy, agent, agent_len + 1);
     b->agent = copy;
     g_mutex_lock(&a->lock);
-    if (a->stopping || a->queued + n > (size_t)a->o.queue_size) {
+    if (a->stopping || a->queued + n > (size_t)a->o.queue_size ||
+        a->queued_bytes + bytes > (size_t)a->o.queue_size * SF_AUDIT_BYTES_PER_ENTRY) {
         a->dropped += n;
         g_mutex_unlock(&a->lock);
         g_free(b);
         return;
     }
     a->queued += n;
+    a->queued_bytes += bytes;
     if (a->tail != NULL)
         a->tail->next = b;
     else
@@ -162,9 +178,11 @@ static char *sf_audit_scribe_message(ThriftMemoryBuffer *mb, ThriftProtocol *pro
 }
 
 /* One Log call with n entries. TRUE when scribe answered OK. */
-static gboolean sf_audit_send_scribe(sf_audit *a, const int64_t *ids, const char **agents,
-                                     size_t n, char *err, size_t errlen)
+static gboolean sf_audit_send_scribe(sf_audit *a, const int64_t *ids, const int64_t *tags,
+                                     const char **agents, size_t n, size_t *done, char *err,
+                                     size_t errlen)
 {
+    *done = 0;
     if (!sf_audit_connect(a, err, errlen))
         return FALSE;
     size_t longest = 0;
@@ -179,7 +197,7 @@ static gboolean sf_audit_send_scribe(sf_audit *a, const int64_t *ids, const char
     gboolean ok = TRUE;
     for (size_t i = 0; i < n && ok; i++) {
         g_object_set(entry, "id", (gint64)ids[i], "useragent", agents[i], "tag",
-                     (gint64)sf_audit_next_tag(a), NULL);
+                     (gint64)tags[i], NULL);
         char *msg = sf_audit_scribe_message(mb, proto, entry, &error);
         if (msg == NULL) {
             g_snprintf(err, errlen, "cannot serialize an audit entry: %s",
@@ -202,6 +220,8 @@ static gboolean sf_audit_send_scribe(sf_audit *a, const int64_t *ids, const char
                    a->o.scribe_port);
         ok = FALSE;
     }
+    if (ok)
+        *done = n;
     g_clear_error(&error);
     g_ptr_array_free(messages, TRUE);
     g_object_unref(entry);
@@ -211,17 +231,20 @@ static gboolean sf_audit_send_scribe(sf_audit *a, const int64_t *ids, const char
 }
 
 /* Appends n entries to the file in one write. Agents match the id grammar (letters,
- * digits, '-'), so they need no JSON escaping. TRUE when all of it was written. */
-static gboolean sf_audit_send_file(sf_audit *a, const int64_t *ids, const char **agents,
-                                   size_t n, char *err, size_t errlen)
+ * digits, '-'), so they need no JSON escaping. TRUE when all of it was written; *done is
+ * the number of entries whose whole line reached the file (they are not written again). */
+static gboolean sf_audit_send_file(sf_audit *a, const int64_t *ids, const int64_t *tags,
+                                   const char **agents, size_t n, size_t *done, char *err,
+                                   size_t errlen)
 {
     GString *out = g_string_sized_new(n * 64);
     for (size_t i = 0; i < n; i++)
         g_string_append_printf(out, "{\"id\":%" G_GINT64_FORMAT ",\"useragent\":\"%s\","
                                "\"tag\":%" G_GINT64_FORMAT "}\n",
-                               (gint64)ids[i], agents[i], (gint64)sf_audit_next_tag(a));
+                               (gint64)ids[i], agents[i], (gint64)tags[i]);
     gboolean ok = TRUE;
-    for (gsize off = 0; off < out->len;) {
+    gsize off = 0;
+    while (off < out->len) {
         ssize_t w = write(a->fd, out->str + off, out->len - off);
         if (w < 0 && errno == EINTR)
             continue;
@@ -236,17 +259,21 @@ static gboolean sf_audit_send_file(sf_audit *a, const int64_t *ids, const char *
         }
         off += (gsize)w;
     }
+    *done = 0;
+    for (gsize i = 0; i < off; i++)
+        *done += out->str[i] == '\n';
     g_string_free(out, TRUE);
     return ok;
 }
 
 /* Copies up to batch_size queued entries, oldest first, without removing them. */
-static size_t sf_audit_peek(sf_audit *a, int64_t *ids, const char **agents)
+static size_t sf_audit_peek(sf_audit *a, int64_t *ids, int64_t *tags, const char **agents)
 {
     size_t n = 0, skip = a->head_sent;
     for (sf_audit_batch *b = a->head; b != NULL && n < (size_t)a->o.batch_size; b = b->next) {
         for (size_t i = skip; i < b->n && n < (size_t)a->o.batch_size; i++, n++) {
             ids[n] = b->ids[i];
+            tags[n] = b->tags[i];
             agents[n] = b->agent;
         }
         skip = 0;
@@ -271,6 +298,7 @@ static void sf_audit_pop(sf_audit *a, size_t n)
         if (a->head == NULL)
             a->tail = NULL;
         a->head_sent = 0;
+        a->queued_bytes -= b->bytes;
         g_free(b);
     }
 }
@@ -297,6 +325,7 @@ static gpointer sf_audit_thread(gpointer data)
 {
     sf_audit *a = data;
     int64_t *ids = g_new(int64_t, a->o.batch_size);
+    int64_t *tags = g_new(int64_t, a->o.batch_size);
     const char **agents = g_new(const char *, a->o.batch_size);
     int backoff_ms = 0;
     g_mutex_lock(&a->lock);
@@ -305,16 +334,16 @@ static gpointer sf_audit_thread(gpointer data)
             g_cond_wait(&a->cond, &a->lock);
         if (a->head == NULL || (a->stopping && g_get_monotonic_time() >= a->stop_deadline_us))
             break;
-        size_t n = sf_audit_peek(a, ids, agents);
+        size_t n = sf_audit_peek(a, ids, tags, agents), done = 0;
         g_mutex_unlock(&a->lock);
         char err[512] = "";
         gboolean ok = a->o.sink == SF_AUDIT_SCRIBE
-                          ? sf_audit_send_scribe(a, ids, agents, n, err, sizeof err)
-                          : sf_audit_send_file(a, ids, agents, n, err, sizeof err);
+                          ? sf_audit_send_scribe(a, ids, tags, agents, n, &done, err, sizeof err)
+                          : sf_audit_send_file(a, ids, tags, agents, n, &done, err, sizeof err);
         sf_audit_note_result(a, ok, err);
         g_mutex_lock(&a->lock);
+        sf_audit_pop(a, done);
         if (ok) {
-            sf_audit_pop(a, n);
             backoff_ms = 0;
             continue;
         }
@@ -329,6 +358,7 @@ static gpointer sf_audit_thread(gpointer data)
     }
     g_mutex_unlock(&a->lock);
     g_free(ids);
+    g_free(tags);
     g_free(agents);
     sf_audit_disconnect(a);
     return NULL;
@@ -373,8 +403,6 @@ sf_audit *sf_audit_start(const sf_audit_options *o, GError **error)
     a->category = g_strdup(o->category);
     a->file = g_strdup(o->file);
     a->fd = fd;
-    if (getrandom(&a->rng, sizeof a->rng, 0) != (ssize_t)sizeof a->rng || a->rng == 0)
-        a->rng = (uint64_t)g_get_real_time() | 1;
     g_mutex_init(&a->lock);
     g_cond_init(&a->cond);
     a->thread = g_thread_new("audit", sf_audit_thread, a);

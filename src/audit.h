@@ -44,9 +44,16 @@ void sf_audit_options_init(sf_audit_options *opts);
  * and its range, or the file that cannot be opened. */
 sf_audit *sf_audit_start(const sf_audit_options *opts, GError **error);
 
-/* Queues one entry per id, each with a random 64-bit tag, for the sender thread. Never
- * waits for the sink: when the queue is full the ids are counted as dropped. agent is
- * copied. Thread-safe. */
+/* Queues one entry per id, each with a random 64-bit tag drawn now (a batch sent again
+ * carries the same tags), for the sender thread. Never waits for the sink: when the queue
+ * holds queue_size entries, or queue_size x 320 bytes with the agents, the ids are counted
+ * as dropped. agent is copied. Thread-safe.
+ *
+ * Delivery is at least once: a Log call whose reply is lost after scribe took it, or a file
+ * write that failed part-way (leaving a partial line, which readers skip), is sent again,
+ * so an entry may appear twice, with the same tag. Entries are made when the handler
+ * releases the ids: an id whose reply was then lost (the connection closed) is in the
+ * log although the client never saw it. */
 void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agent);
 
 void sf_audit_get_stats(sf_audit *a, sf_audit_stats *out);

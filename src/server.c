@@ -102,6 +102,7 @@ struct sf_server {
     int port;
     bool listening;
     atomic_bool want_listening;
+    atomic_bool listening_now; /* thread 0's `listening`, for the stats */
     atomic_uint drop_epoch;  /* bumped when listening stops: every thread drops its connections */
     int64_t last_listen_error_log_ms;
     sf_thread *threads;
@@ -564,7 +565,7 @@ static void sf_thread_resume_accept(sf_thread *t, int64_t now)
 static void sf_thread_accept(sf_thread *t)
 {
     sf_server *s = t->server;
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < 64 && atomic_load(&s->want_listening); i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int err = errno;
@@ -607,12 +608,17 @@ static void sf_thread_take_queue(sf_thread *t)
     GArray *q = t->queue;
     t->queue = g_array_new(FALSE, FALSE, sizeof(int));
     g_mutex_unlock(&t->queue_lock);
-    bool stopping = atomic_load(&t->server->stopping);
+    /* A connection accepted just before the port closed is closed too: every thread may
+     * have dropped its connections already. */
+    bool closed_port = !atomic_load(&t->server->want_listening);
+    bool stopping = atomic_load(&t->server->stopping) || closed_port;
     for (guint i = 0; i < q->len; i++) {
         int fd = g_array_index(q, int, i);
         if (stopping) {
             close(fd);
             atomic_fetch_sub(&t->server->open_connections, 1);
+            if (closed_port)
+                sf_bump(&t->stats.connections_dropped, 1);
         } else {
             sf_conn_adopt(t, fd);
         }
@@ -689,6 +695,7 @@ static void sf_thread_begin_drain(sf_thread *t)
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
+        atomic_store(&s->listening_now, false);
     }
     sf_conn *next;
     for (sf_conn *c = t->conns; c != NULL; c = next) {
@@ -737,6 +744,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
+        atomic_store(&s->listening_now, false);
         s->listen_paused = false; /* an accept back-off ends with the listener */
         g_message("stopped accepting connections on port %d", s->port);
     }
@@ -764,6 +772,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
         return;
     }
     s->listening = true;
+    atomic_store(&s->listening_now, true);
     g_message("accepting connections on port %d", s->port);
 }
 
@@ -978,6 +987,7 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     atomic_init(&s->refused, 0);
     atomic_init(&s->stopping, false);
     atomic_init(&s->want_listening, opts->listen_at_start);
+    atomic_init(&s->listening_now, false);
     atomic_init(&s->drop_epoch, 0);
     s->listen_fd = sf_server_bind(s, error);
     if (s->listen_fd >= 0 && opts->listen_at_start) {
@@ -989,6 +999,7 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
             s->listen_fd = -1;
         } else {
             s->listening = true;
+            atomic_store(&s->listening_now, true);
         }
     }
     if (s->listen_fd < 0) {
@@ -1133,7 +1144,7 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
             atomic_load_explicit(&ts->output_budget_closes, memory_order_relaxed);
         out->output_buffered += atomic_load_explicit(&ts->output_buffered, memory_order_relaxed);
     }
-    out->listening = atomic_load(&s->want_listening);
+    out->listening = atomic_load(&s->listening_now);
     int open = atomic_load(&s->open_connections);
     out->connections_open = open > 0 ? (uint64_t)open : 0;
     out->connections_refused = atomic_load(&s->refused);

@@ -366,14 +366,15 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
         g_message("%s", message);
 }
 
-/* Closes the gate with reason and, when the port follows it, the port: connects are
- * refused and open connections closed unanswered (a refusal made meanwhile is withheld,
- * see sf_daemon_withhold_replies). */
+/* Closes the gate with reason at once (the registry said stop: nothing may delay it),
+ * then, when the port follows the gate, the port: connects are refused and open
+ * connections closed unanswered (a refusal made meanwhile is withheld, see
+ * sf_daemon_withhold_replies). */
 static void sf_daemon_close_gate(sf_daemon *d, const char *reason)
 {
+    sf_handler_close(d->handler, reason);
     if (sf_daemon_port_follows_gate(d))
         sf_server_set_listening(d->server, false);
-    sf_handler_close(d->handler, reason);
 }
 
 /* The gate follows the registry: serving publishes, in one step, the worker for the id
@@ -385,8 +386,8 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
 {
     sf_daemon *d = ctx;
     if (!serving) {
-        g_warning("fenced: refusing ids: %s", reason);
         sf_daemon_close_gate(d, reason);
+        g_warning("fenced: refusing ids: %s", reason);
         return;
     }
     sf_worker *w = sf_daemon_worker_for(d, worker_id);
@@ -611,9 +612,10 @@ static void sf_daemon_shutdown(sf_daemon *d)
         d->registry = NULL;
     }
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
+    sf_admin_stop(d->admin); /* first: its requests read the audit log's counters */
+    d->admin = NULL;
     sf_audit_stop(d->audit, d->cfg.audit_socket_timeout_ms);
     d->audit = NULL;
-    sf_admin_stop(d->admin);
     sf_server_free(d->server);
     if (d->handler != NULL)
         g_object_unref(d->handler);

@@ -45,8 +45,21 @@ static void sf_thrift_fix_finalize_chained(GObject *object)
         return;
     }
     e->finalize(object);
-    GObjectClass *parent = g_type_class_peek(g_type_parent(e->type));
-    parent->finalize(object);
+    /* The parent's finalize, unless it is this wrapper too (a mended ancestor): then that
+     * ancestor's saved one, and so on up, so that each runs once. */
+    for (GType up = g_type_parent(e->type);; up = g_type_parent(e->type)) {
+        GObjectClass *parent = g_type_class_peek(up);
+        if (parent->finalize != sf_thrift_fix_finalize_chained) {
+            parent->finalize(object);
+            return;
+        }
+        e = sf_thrift_fix_find(up);
+        if (e == NULL) {
+            g_critical("no finalize recorded for %s", g_type_name(up));
+            return;
+        }
+        e->finalize(object);
+    }
 }
 
 /* Registers every generated struct type, so that all are found below. */

@@ -30,6 +30,7 @@ class Receiver:
 
     def __init__(self, port=0):
         self.entries = []
+        self.refused = {}  # id -> tag of entries answered TRY_LATER
         self.categories = set()
         self.bad = []
         self.calls = 0
@@ -54,8 +55,6 @@ class Receiver:
     def Log(self, messages):
         with self.lock:
             self.calls += 1
-            if self.refusing:
-                return ResultCode.TRY_LATER
             for m in messages:
                 self.categories.add(m.category)
                 if not m.message.endswith("\n"):
@@ -64,8 +63,11 @@ class Receiver:
                 raw = base64.b64decode(m.message[:-1])
                 entry = AuditLogEntry()
                 entry.read(TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(raw)))
-                self.entries.append(entry)
-            return ResultCode.OK
+                if self.refusing:
+                    self.refused[entry.id] = entry.tag
+                else:
+                    self.entries.append(entry)
+            return ResultCode.TRY_LATER if self.refusing else ResultCode.OK
 
     def count(self):
         with self.lock:
@@ -156,7 +158,8 @@ def receiver_down_then_up():
 
 def overload_drops_are_counted():
     """With queue_size 100 and scribe answering TRY_LATER, a get_ids of 1,000 is dropped
-    whole from the log and counted (the call still gets its ids), 50 more ids wait; once scribe takes them
+    whole from the log and counted (the call still gets its ids), 50 more ids wait (sent
+    again after each refusal with the tags they were made with); once scribe takes them
     they arrive and sent + dropped equals the ids handed out."""
     rec = Receiver()
     rec.refusing = True
@@ -172,6 +175,9 @@ def overload_drops_are_counted():
         wait_until(lambda: rec.count() >= 50, 15, "the queued ids delivered")
         time.sleep(0.2)
         assert_exactly(rec, kept)
+        again = [e for e in rec.entries if e.id in rec.refused]
+        assert again and all(rec.refused[e.id] == e.tag for e in again), \
+            "an entry sent again carries another tag"
         c, _ = counters(s)
         assert c["audit_sent"] + c["audit_dropped"] == len(kept) + len(dropped), c
     finally:
