@@ -9,7 +9,9 @@
  * again right after the first id it then gets. A broken connection is replaced by a new one with a new name, since
  * only ids on one connection must increase.
  *
- * Usage: chaos_load OUT_DIR SECONDS CONNECTIONS HOST:PORT...
+ * Usage: chaos_load [--batch N] OUT_DIR SECONDS CONNECTIONS HOST:PORT...
+ * With --batch N (2..1000), every other call is get_ids(N) instead of get_id, so both
+ * paths are under the faults.
  * Prints one line of key=value totals: ids, clock_errors, unavailable_errors,
  * transport_errors, other_errors, reconnects, and unrecorded (ids received
  * whose node broke before it could say which worker id made them). */
@@ -52,6 +54,7 @@ typedef struct chaos_job {
     int port;
     const char *out_dir;
     double end;
+    int batch;     /* > 1: every other call is get_ids(batch) */
     chaos_totals *totals;
 } chaos_job;
 
@@ -132,6 +135,8 @@ static void *chaos_thread(void *arg)
      * right after the first id it gives is the one that id was made with. */
     gboolean connected = FALSE, identify = TRUE, verify = FALSE;
     gint64 worker = -1, datacenter = -1;
+    GArray *batch = g_array_new(FALSE, FALSE, sizeof(gint64));
+    unsigned calls = 0;
     while (chaos_now() < job->end) {
         if (!connected) {
             if (!chaos_open(&c, job)) {
@@ -160,9 +165,20 @@ static void *chaos_thread(void *arg)
         GError *error = NULL;
         SfThriftInvalidSystemClock *clock_error = NULL;
         SfThriftInvalidUserAgentError *agent_error = NULL;
+        SfThriftInvalidRequestError *request_error = NULL;
         SfThriftServiceUnavailable *unavailable = NULL;
-        if (sf_thrift_snowflake_if_get_id(c.client, &id, "chaos", &clock_error, &agent_error,
-                                          &unavailable, &error)) {
+        gboolean batched = job->batch > 1 && (++calls & 1);
+        gboolean ok;
+        if (batched) {
+            g_array_set_size(batch, 0);
+            ok = sf_thrift_snowflake_if_get_ids(c.client, &batch, "chaos", job->batch,
+                                                &clock_error, &agent_error, &request_error,
+                                                &unavailable, &error);
+        } else {
+            ok = sf_thrift_snowflake_if_get_id(c.client, &id, "chaos", &clock_error,
+                                               &agent_error, &unavailable, &error);
+        }
+        if (ok) {
             if (verify && !chaos_identify(&c, &worker, &datacenter)) {
                 atomic_fetch_add(&job->totals->transport_errors, 1);
                 chaos_close(&c);
@@ -171,9 +187,12 @@ static void *chaos_thread(void *arg)
                 continue;
             }
             verify = FALSE;
-            fprintf(out, "n%d-c%d-g%d %" G_GINT64_FORMAT " %" G_GINT64_FORMAT " %" G_GINT64_FORMAT "\n",
-                    job->port, job->index, generation, worker, datacenter, id);
-            atomic_fetch_add(&job->totals->ids, 1);
+            guint n = batched ? batch->len : 1;
+            for (guint i = 0; i < n; i++)
+                fprintf(out, "n%d-c%d-g%d %" G_GINT64_FORMAT " %" G_GINT64_FORMAT " %"
+                        G_GINT64_FORMAT "\n", job->port, job->index, generation, worker,
+                        datacenter, batched ? g_array_index(batch, gint64, i) : id);
+            atomic_fetch_add(&job->totals->ids, n);
             continue;
         }
         if (clock_error != NULL) {
@@ -183,7 +202,7 @@ static void *chaos_thread(void *arg)
             atomic_fetch_add(&job->totals->unavailable_errors, 1);
             identify = verify = TRUE; /* it may come back with another worker id */
             chaos_sleep_ms(20);
-        } else if (agent_error != NULL) {
+        } else if (agent_error != NULL || request_error != NULL) {
             atomic_fetch_add(&job->totals->other_errors, 1);
         } else {
             atomic_fetch_add(&job->totals->transport_errors, 1);
@@ -194,12 +213,15 @@ static void *chaos_thread(void *arg)
             g_object_unref(clock_error);
         if (agent_error != NULL)
             g_object_unref(agent_error);
+        if (request_error != NULL)
+            g_object_unref(request_error);
         if (unavailable != NULL)
             g_object_unref(unavailable);
         g_clear_error(&error);
     }
     if (connected)
         chaos_close(&c);
+    g_array_free(batch, TRUE);
     if (fclose(out) != 0) {
         fprintf(stderr, "chaos_load: writing %s failed: %s\n", path, strerror(errno));
         exit(2);
@@ -209,8 +231,18 @@ static void *chaos_thread(void *arg)
 
 int main(int argc, char **argv)
 {
+    int batch = 1;
+    if (argc > 2 && strcmp(argv[1], "--batch") == 0) {
+        batch = atoi(argv[2]);
+        if (batch < 2 || batch > 1000) {
+            fprintf(stderr, "chaos_load: --batch %s is outside 2..1000\n", argv[2]);
+            return 2;
+        }
+        argv += 2;
+        argc -= 2;
+    }
     if (argc < 5) {
-        fprintf(stderr, "usage: chaos_load OUT_DIR SECONDS CONNECTIONS HOST:PORT...\n");
+        fprintf(stderr, "usage: chaos_load [--batch N] OUT_DIR SECONDS CONNECTIONS HOST:PORT...\n");
         return 2;
     }
     double seconds = atof(argv[2]);
@@ -235,7 +267,7 @@ int main(int argc, char **argv)
             return 2;
         }
         jobs[i] = (chaos_job){ .index = i, .port = atoi(colon + 1), .out_dir = argv[1],
-                               .end = end, .totals = &totals };
+                               .end = end, .batch = batch, .totals = &totals };
         snprintf(jobs[i].host, sizeof jobs[i].host, "%.*s", (int)(colon - node), node);
         threads[i] = g_thread_new("chaos", (GThreadFunc)chaos_thread, &jobs[i]);
     }
