@@ -22,6 +22,7 @@ z = KazooClient(hosts=sys.argv[1]); z.start()
 z.create("/snowflake-servers/3", b"127.0.0.1:1", makepath=True)
 z.create("/snowflake-servers/5", b"127.0.0.1:2", makepath=True)
 z.create("/snowflake-servers-state/5", b"1700000000000", makepath=True)
+z.create("/snowflake-servers/05", b"127.0.0.1:3", makepath=True)
 z.stop()
 PY
 T="$TOOL --zookeeper $hosts"
@@ -31,6 +32,7 @@ expect "list exits 0" "[ $rc -eq 0 ]"
 expect "list shows holder of 3" "echo \"\$out\" | grep -q '^3 .*127.0.0.1:1'"
 expect "list shows recorded timestamp of 5" "echo \"\$out\" | grep -q '^5 .*1700000000000'"
 expect "list shows free ids without 3 and 5" "echo \"\$out\" | grep -q '^free: 0 1 2 4 6 7'"
+expect "a name that is not canonical decimal is not a worker id" "echo \"\$out\" | grep -q '^not worker ids (ignored by snowflaked): 05'"
 out=$($T --json list)
 expect "list --json counts 30 free" "[ \"\$(echo \"\$out\" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)[\"free\"]))')\" = 30 ]"
 out=$($TOOL list --json --zookeeper "$hosts")
