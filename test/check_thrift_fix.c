@@ -22,7 +22,7 @@ static void test_entry_init(TestEntry *self) { (void)self; }
 static int freed;
 static void count_freed(gpointer data)
 {
-    (void)data;
+    g_free(data);
     freed++;
 }
 
