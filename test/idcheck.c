@@ -280,7 +280,8 @@ static uint64_t idcheck_handovers(idcheck *c, uint64_t *handovers, int64_t *min_
     uint64_t overlaps = 0;
     *handovers = 0;
     *min_margin = INT64_MAX;
-    qsort(c->marks, c->count, sizeof *c->marks, idcheck_mark_cmp);
+    if (c->count > 0) /* qsort's array may not be NULL, even when empty */
+        qsort(c->marks, c->count, sizeof *c->marks, idcheck_mark_cmp);
     idcheck_run before = { UINT32_MAX, 0, 0 }, run = { UINT32_MAX, 0, 0 };
     for (size_t i = 0; i < c->count; i++) {
         const idcheck_mark *m = &c->marks[i];
