@@ -14,6 +14,7 @@
 #include "audit.h"
 #include "config.h"
 #include "handler.h"
+#include "notify.h"
 #include "peer.h"
 #include "registry.h"
 #include "server.h"
@@ -295,6 +296,10 @@ static gboolean sf_daemon_listen(sf_daemon *d)
                   sf_server_port(d->server), d->cfg.bind_address, sf_server_port(d->server));
     else
         g_message("listening on %s:%d", d->cfg.bind_address, sf_server_port(d->server));
+    if (d->cfg.zk_hosts[0] == '\0') { /* standalone: serving from now on */
+        sf_notify_status("serving as worker id %" G_GINT64_FORMAT, d->cfg.worker_id);
+        sf_notify_ready();
+    }
     if (d->cfg.admin_port != 0) {
         d->admin = sf_admin_start(d->cfg.admin_bind_address, d->cfg.admin_port,
                                   sf_daemon_collect, d, &err);
@@ -388,6 +393,7 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
     if (!serving) {
         sf_daemon_close_gate(d, reason);
         g_warning("fenced: refusing ids: %s", reason);
+        sf_notify_status("fenced: %s", reason);
         return;
     }
     sf_worker *w = sf_daemon_worker_for(d, worker_id);
@@ -404,6 +410,8 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
         sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
         if (sf_daemon_port_follows_gate(d))
             sf_server_set_listening(d->server, true);
+        sf_notify_status("serving as worker id %" G_GINT64_FORMAT, worker_id);
+        sf_notify_ready();
     }
     g_mutex_unlock(&d->stop_lock);
 }
@@ -598,6 +606,7 @@ static gboolean sf_daemon_start_up_registered(sf_daemon *d)
 static void sf_daemon_shutdown(sf_daemon *d)
 {
     sf_daemon_request_stop(d);
+    sf_notify_stopping();
     if (d->handler != NULL)
         sf_handler_close(d->handler, "stopping");
     if (d->server != NULL) {

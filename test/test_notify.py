@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""test_notify.py -- what snowflaked tells systemd (Type=notify), read from a datagram
+socket of the test's own passed as NOTIFY_SOCKET: READY=1 once and only when ids are
+served (standalone: once listening; registered: after the claim and startup_sleep_ms,
+against a real ZooKeeper), STATUS= on each serving and fenced transition, STOPPING=1 on
+SIGTERM. Every process and socket is removed however the test ends."""
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+import sftest
+from sftest import Server, ServiceUnavailable, decode
+from thrift.transport import TTransport
+
+SESSION_MS = 2000
+SLEEP_MS = 1500
+ZK = sftest.ZooKeeper()
+
+
+class NotifySocket:
+    """A datagram socket in a temporary directory; every message that arrives is kept
+    with its arrival time (monotonic seconds)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sf-notify-")
+        self.path = os.path.join(self.dir, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.1)
+        self.messages = []
+        self.cond = threading.Condition()
+        self.closing = False
+        self.thread = threading.Thread(target=self._receive, daemon=True)
+        self.thread.start()
+
+    def _receive(self):
+        while not self.closing:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.cond:
+                self.messages.append((time.monotonic(), data.decode()))
+                self.cond.notify_all()
+
+    def wait_for(self, predicate, timeout, start=0):
+        """Waits for the first message from index start on that satisfies predicate;
+        returns (index, arrival time, message) or fails listing what arrived."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i in range(start, len(self.messages)):
+                    if predicate(self.messages[i][1]):
+                        return i, self.messages[i][0], self.messages[i][1]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("no such notify message in %.0f s; received: %r"
+                                         % (timeout, self.texts()))
+                self.cond.wait(left)
+
+    def texts(self):
+        with self.cond:
+            return [m for _, m in self.messages]
+
+    def close(self):
+        self.closing = True
+        self.thread.join(5)
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def gets_no_id(server):
+    """True when get_id hands out no id: refused with ServiceUnavailable, or (the port is
+    closed while a registered node does not serve) the connection fails."""
+    try:
+        with server.client(timeout=2.0) as api:
+            api.get_id("notifytest")
+    except (ServiceUnavailable, TTransport.TTransportException, OSError):
+        return True
+    return False
+
+
+def worker_of_next_id(server, within=1.0):
+    """The worker id of an id from server, asked until one comes or `within` seconds pass.
+    A registered node opens its closed port on its event loop just after it decides to
+    serve (and says so), so the first connects may still be refused."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with server.client(timeout=2.0) as api:
+                return decode(api.get_id("notifytest"))[2]
+        except (ServiceUnavailable, TTransport.TTransportException, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def standalone_ready_when_listening_and_stopping_on_sigterm():
+    """A standalone node is ready once its port is bound: STATUS names the worker id,
+    READY=1 follows once, and SIGTERM sends STOPPING=1 before the process exits."""
+    n = NotifySocket()
+    try:
+        s = Server(["--worker-id", "5"], env={"NOTIFY_SOCKET": n.path}, worker_id=None).start()
+        n.wait_for(lambda m: m == "READY=1", 10)
+        with s.client() as api:
+            assert decode(api.get_id("notifytest"))[2] == 5
+        assert s.stop() == 0, s.log()
+        n.wait_for(lambda m: m == "STOPPING=1", 5)
+        texts = n.texts()
+        assert texts == ["STATUS=serving as worker id 5", "READY=1", "STOPPING=1"], texts
+    finally:
+        n.close()
+
+
+def registered_ready_after_startup_sleep_and_status_follows_fencing():
+    """Registered in ZooKeeper: no READY=1 during startup_sleep_ms (no ids then: refused,
+    or the port closed); READY=1 arrives at least startup_sleep_ms after the claim, and
+    get_id answers within a second (the port opens on the event loop); with ZooKeeper stopped past the session timeout STATUS says fenced and
+    why, and no ids are handed out; with it back STATUS says serving again, and READY=1 is
+    never sent twice."""
+    n = NotifySocket()
+    try:
+        s = Server(["--zookeeper", ZK.hosts,
+                    "--set", "snowflake.worker_id_path=/notify",
+                    "--set", "snowflake.startup_sleep_ms=%d" % SLEEP_MS,
+                    "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS,
+                    "--set", "zookeeper.claim_retries=0"],
+                   env={"NOTIFY_SOCKET": n.path}, worker_id=3, wait_serving=False).start()
+        s.wait_for(r"waiting startup_sleep_ms")
+        sleep_began = time.monotonic()
+        assert "READY=1" not in n.texts(), n.texts()
+        assert gets_no_id(s), "an id during startup_sleep_ms; log:\n" + s.log()
+        assert "READY=1" not in n.texts(), n.texts()
+        i, ready_at, _ = n.wait_for(lambda m: m == "READY=1", 15)
+        waited = ready_at - sleep_began
+        assert waited >= (SLEEP_MS - 100) / 1000.0, "READY=1 %.2f s into a %d ms sleep" % (
+            waited, SLEEP_MS)
+        assert worker_of_next_id(s) == 3
+        assert n.texts()[i - 1] == "STATUS=serving as worker id 3", n.texts()
+        ZK.stop()
+        try:
+            j, _, fenced = n.wait_for(lambda m: m.startswith("STATUS=fenced: "),
+                                      3 * SESSION_MS / 1000.0, i + 1)
+            assert "ZooKeeper" in fenced, fenced
+            assert gets_no_id(s), "an id after STATUS=fenced; log:\n" + s.log()
+            time.sleep(SESSION_MS / 1000.0)  # past the session timeout in all
+        finally:
+            ZK.start()
+        n.wait_for(lambda m: m == "STATUS=serving as worker id 3", 20, j + 1)
+        assert worker_of_next_id(s) == 3
+        assert s.stop() == 0, s.log()
+        n.wait_for(lambda m: m == "STOPPING=1", 5)
+        assert n.texts().count("READY=1") == 1, n.texts()
+    finally:
+        n.close()
+
+
+def main():
+    sftest.require_server()
+    r = sftest.Runner("test_notify")
+    r.run(standalone_ready_when_listening_and_stopping_on_sigterm)
+    ZK.start()
+    r.run(registered_ready_after_startup_sleep_and_status_follows_fencing)
+    r.finish()
+
+
+if __name__ == "__main__":
+    main()
