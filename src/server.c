@@ -102,7 +102,9 @@ struct sf_server {
     int port;
     bool listening;
     atomic_bool want_listening;
-    atomic_bool listening_now; /* thread 0's `listening`, for the stats */
+    atomic_bool listening_now; /* thread 0's `listening`, for the stats and waiters */
+    GMutex listening_lock;     /* with listening_cond: sf_server_wait_listening */
+    GCond listening_cond;
     atomic_uint drop_epoch;  /* bumped when listening stops: every thread drops its connections */
     int64_t last_listen_error_log_ms;
     sf_thread *threads;
@@ -122,6 +124,15 @@ struct sf_server {
 };
 
 static int sf_server_bind(sf_server *s, GError **error);
+
+/* Publishes thread 0's listening state and wakes whoever waits for it. */
+static void sf_server_note_listening(sf_server *s, bool listening)
+{
+    g_mutex_lock(&s->listening_lock);
+    atomic_store(&s->listening_now, listening);
+    g_cond_broadcast(&s->listening_cond);
+    g_mutex_unlock(&s->listening_lock);
+}
 
 /* epoll tags that are not connections. */
 static char sf_tag_listener, sf_tag_wake;
@@ -695,7 +706,7 @@ static void sf_thread_begin_drain(sf_thread *t)
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
-        atomic_store(&s->listening_now, false);
+        sf_server_note_listening(s, false);
     }
     sf_conn *next;
     for (sf_conn *c = t->conns; c != NULL; c = next) {
@@ -744,7 +755,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
-        atomic_store(&s->listening_now, false);
+        sf_server_note_listening(s, false);
         s->listen_paused = false; /* an accept back-off ends with the listener */
         g_message("stopped accepting connections on port %d", s->port);
     }
@@ -772,8 +783,8 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
         return;
     }
     s->listening = true;
-    atomic_store(&s->listening_now, true);
     g_message("accepting connections on port %d", s->port);
+    sf_server_note_listening(s, true);
 }
 
 void sf_server_set_listening(sf_server *s, bool listening)
@@ -787,6 +798,18 @@ void sf_server_set_listening(sf_server *s, bool listening)
         if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) != sizeof one)
             g_warning("cannot wake server thread %d: %s", i, g_strerror(errno));
     }
+}
+
+bool sf_server_wait_listening(sf_server *s, int timeout_ms)
+{
+    gint64 until = g_get_monotonic_time() + (gint64)timeout_ms * G_TIME_SPAN_MILLISECOND;
+    g_mutex_lock(&s->listening_lock);
+    while (!atomic_load(&s->listening_now) &&
+           g_cond_wait_until(&s->listening_cond, &s->listening_lock, until)) {
+    }
+    bool listening = atomic_load(&s->listening_now);
+    g_mutex_unlock(&s->listening_lock);
+    return listening;
 }
 
 /* One event loop: accept (thread 0), read, answer, write, time out. */
@@ -988,6 +1011,8 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     atomic_init(&s->stopping, false);
     atomic_init(&s->want_listening, opts->listen_at_start);
     atomic_init(&s->listening_now, false);
+    g_mutex_init(&s->listening_lock);
+    g_cond_init(&s->listening_cond);
     atomic_init(&s->drop_epoch, 0);
     s->listen_fd = sf_server_bind(s, error);
     if (s->listen_fd >= 0 && opts->listen_at_start) {
@@ -1005,6 +1030,8 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     if (s->listen_fd < 0) {
         if (s->reserve_fd >= 0)
             close(s->reserve_fd);
+        g_mutex_clear(&s->listening_lock);
+        g_cond_clear(&s->listening_cond);
         g_object_unref(s->processor);
         g_free(s->bind_address);
         g_free(s);
@@ -1119,6 +1146,8 @@ void sf_server_free(sf_server *s)
         g_object_unref(t->transport);
     }
     g_free(s->threads);
+    g_mutex_clear(&s->listening_lock);
+    g_cond_clear(&s->listening_cond);
     if (s->reserve_fd >= 0)
         close(s->reserve_fd);
     g_object_unref(s->processor);

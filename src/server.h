@@ -70,6 +70,11 @@ gboolean sf_server_start(sf_server *s, GError **error);
  * bound (a fresh socket, not listening) so that listening can resume on the same port. */
 void sf_server_set_listening(sf_server *s, bool listening);
 
+/* Waits up to timeout_ms for the port to accept connections (listening asked for with
+ * sf_server_set_listening takes effect on thread 0); true once it does. Lets the owner
+ * announce "serving" only when a client can connect. */
+bool sf_server_wait_listening(sf_server *s, int timeout_ms);
+
 /* Stops gracefully: closes the listener, answers the complete frames already
  * received, flushes replies, closes every connection, and joins the threads,
  * waiting at most timeout_ms for slow readers. Safe to call twice. */

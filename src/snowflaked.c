@@ -25,6 +25,8 @@
 #define SF_STOP_TIMEOUT_MS 5000
 /* How long a peer has to answer each call of the sanity checks, as the original. */
 #define SF_PEER_TIMEOUT_MS 1000
+/* How long "serving" waits for the port to accept (thread 0 listens within a loop turn). */
+#define SF_LISTEN_WAIT_MS 2000
 
 typedef struct sf_daemon {
     sf_config cfg;
@@ -405,11 +407,16 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
         sf_worker_advance_last_timestamp(w, floor_ms);
     g_mutex_lock(&d->stop_lock);
     if (!d->stopping) {
+        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
+        if (sf_daemon_port_follows_gate(d)) {
+            sf_server_set_listening(d->server, true);
+            /* Announce only what a client can use: tooling connects on this line. */
+            if (!sf_server_wait_listening(d->server, SF_LISTEN_WAIT_MS))
+                g_warning("port %d does not accept connections yet (retrying); ids are "
+                          "served once it does", sf_server_port(d->server));
+        }
         g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
                   reason != NULL ? reason : "registered");
-        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
-        if (sf_daemon_port_follows_gate(d))
-            sf_server_set_listening(d->server, true);
         sf_notify_status("serving as worker id %" G_GINT64_FORMAT, worker_id);
         sf_notify_ready();
     }

@@ -9,6 +9,7 @@ ZooKeeper; node A reaches it through a proxy the test can cut. Everything starte
 stopped however the test ends."""
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -216,6 +217,46 @@ def fenced_port_closes_and_reopens():
         link.close()
 
 
+def line_index(server, pattern, nth=1):
+    """Index in server's log of the nth line matching the regular expression, or None."""
+    seen = 0
+    for i, line in enumerate(list(server.lines)):
+        if re.search(pattern, line):
+            seen += 1
+            if seen == nth:
+                return i
+    return None
+
+
+def serving_line_means_port_open():
+    """The log line "serving ids as worker id" (and systemd's READY) come only once the
+    port accepts: tooling that waits for the line, as a load balancer's health check
+    or a test does, can connect at once. Checked at start and after a fence."""
+    link = LinkProxy(zk_port())
+    s = node("/dropin-ready", 12, "127.0.0.1:%d" % link.port)
+    try:
+        s.start()
+        for nth in (1, 2):
+            wait_until(lambda: line_index(s, r"serving ids as worker id 12", nth) is not None,
+                       30, "serving (%d) as worker id 12; log:\n%s" % (nth, s.log()))
+            c = LegacyClient(s.port)  # at once: refused here would fail the test
+            try:
+                assert decode(c.api.get_id("dropin"))[2] == 12
+            finally:
+                c.close()
+            accepting = line_index(s, r"accepting connections on port %d" % s.port, nth)
+            serving = line_index(s, r"serving ids as worker id 12", nth)
+            assert accepting is not None and accepting < serving, (
+                "serving announced before the port accepted; log:\n%s" % s.log())
+            if nth == 1:
+                link.cut()
+                wait_until(lambda: refuses_connections(s.port), 10, "refusing while fenced")
+                link.mend()
+    finally:
+        s.stop()
+        link.close()
+
+
 class LegacyPool:
     """A pool as legacy clients had it (Ruby's thrift_client, the original's own
     ConnectionPool): one connection per server, calls round robin, and a transport error
@@ -331,6 +372,7 @@ def main():
     r = sftest.Runner("test_dropin")
     r.run(port_refused_until_serving)
     r.run(fenced_port_closes_and_reopens)
+    r.run(serving_line_means_port_open)
     r.run(pooled_client_fails_over)
     r.finish()
 
