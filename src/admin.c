@@ -448,8 +448,9 @@ sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     a->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, sf_admin_request, a,
-                                 MHD_OPTION_SOCK_ADDR, res->ai_addr,
+                                 /* the logger first: libmicrohttpd warns otherwise */
                                  MHD_OPTION_EXTERNAL_LOGGER, sf_admin_log, a,
+                                 MHD_OPTION_SOCK_ADDR, res->ai_addr,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     freeaddrinfo(res);
