@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "snowflake.h"
+#include "zkpath.h"
 
 G_DEFINE_QUARK(sf-config-error-quark, sf_config_error)
 
@@ -512,12 +513,13 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
                     "give a worker id 0..%d", SF_MAX_WORKER_ID);
         return FALSE;
     }
-    if (cfg->worker_id_path[0] != '/' || (strlen(cfg->worker_id_path) > 1 &&
-                                          g_str_has_suffix(cfg->worker_id_path, "/"))) {
+    const char *why = NULL;
+    if (!sf_zkpath_valid(cfg->worker_id_path, &why)) {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
-                    "[snowflake] worker_id_path = '%s' is not valid: allowed an absolute "
-                    "ZooKeeper path without a trailing slash, e.g. /snowflake-servers",
-                    cfg->worker_id_path);
+                    "[snowflake] worker_id_path = '%s' is not valid (%s): allowed an absolute "
+                    "ZooKeeper path of at most %d bytes, not the root, without an empty, . "
+                    "or .. component or a trailing slash, e.g. /snowflake-servers",
+                    cfg->worker_id_path, why, SF_ZKPATH_MAX);
         return FALSE;
     }
     if (cfg->zk_auth[0] != '\0' && (cfg->zk_auth[0] == ':' || strchr(cfg->zk_auth, ':') == NULL)) {

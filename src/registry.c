@@ -25,6 +25,7 @@
 
 #include "registry_peers.h"
 #include "snowflake.h"
+#include "zkpath.h"
 
 #define SF_REG_PATH_MAX 1024
 #define SF_REG_DATA_MAX 512
@@ -1100,26 +1101,22 @@ static char *sf_reg_dup_or_derive(const char *s, const char *path, const char *s
     return out;
 }
 
-/* Checks that a ZooKeeper path is absolute and has no trailing or double slash. */
-static bool sf_reg_valid_path(const char *p)
-{
-    size_t n = strlen(p);
-    return n > 1 && n < SF_REG_PATH_MAX / 2 && p[0] == '/' && p[n - 1] != '/' && !strstr(p, "//");
-}
-
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen)
 {
     if (!opts->hosts || !*opts->hosts) {
         sf_reg_set_err(err, errlen, "zookeeper.hosts is empty: name at least one host:port");
         return NULL;
     }
-    if (!opts->worker_id_path || !sf_reg_valid_path(opts->worker_id_path) ||
-        (opts->lock_path && !sf_reg_valid_path(opts->lock_path)) ||
-        (opts->state_path && !sf_reg_valid_path(opts->state_path))) {
-        sf_reg_set_err(err, errlen, "worker_id_path '%s' must be an absolute ZooKeeper path like "
-                       "/snowflake-servers, without a trailing slash",
-                       opts->worker_id_path ? opts->worker_id_path : "");
-        return NULL;
+    const char *const paths[] = {opts->worker_id_path, opts->lock_path, opts->state_path};
+    const char *const names[] = {"worker_id_path", "lock_path", "state_path"};
+    for (int i = 0; i < 3; i++) {
+        const char *why = NULL;
+        if ((i == 0 || paths[i] != NULL) && !sf_zkpath_valid(paths[i], &why)) {
+            sf_reg_set_err(err, errlen, "%s '%s' is not a valid ZooKeeper path (%s): allowed "
+                           "an absolute path of at most %d bytes like /snowflake-servers",
+                           names[i], paths[i] ? paths[i] : "", why, SF_ZKPATH_MAX);
+            return NULL;
+        }
     }
     if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID) {
         sf_reg_set_err(err, errlen, "worker_id %" PRId64 " is out of range (0..31, or auto)",

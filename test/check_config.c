@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -221,6 +222,45 @@ START_TEST(test_cross_key_rules)
 }
 END_TEST
 
+START_TEST(test_worker_id_path_refused_before_start)
+{
+    /* Every path the registry would refuse after the port is bound is refused here,
+     * naming the value; the usual paths pass. */
+    static const char *const bad[] = {"/", "/a//b", "/a/", "relative", "/a/./b", "/a/..", ""};
+    char setting[700];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sf_config cfg;
+        GError *error = NULL;
+        snprintf(setting, sizeof setting, "snowflake.worker_id_path=%s", bad[i]);
+        ck_assert_msg(!load(&cfg, &error, "--set", setting, NULL), "%s was accepted", bad[i]);
+        char *want = g_strdup_printf("worker_id_path = '%s' is not valid", bad[i]);
+        assert_error(error, want);
+        g_free(want);
+        g_clear_error(&error);
+        sf_config_clear(&cfg);
+    }
+    char longpath[600];
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[0] = '/';
+    longpath[sizeof longpath - 1] = '\0';
+    snprintf(setting, sizeof setting, "snowflake.worker_id_path=%s", longpath);
+    sf_config cfg;
+    GError *error = NULL;
+    ck_assert(!load(&cfg, &error, "--set", setting, NULL));
+    assert_error(error, "at most");
+    g_clear_error(&error);
+    sf_config_clear(&cfg);
+    static const char *const good[] = {"/snowflake-servers", "/a/b", "/a.b/c..d"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        snprintf(setting, sizeof setting, "snowflake.worker_id_path=%s", good[i]);
+        ck_assert_msg(load(&cfg, &error, "--set", setting, NULL), "%s: %s", good[i],
+                      error != NULL ? error->message : "");
+        ck_assert_str_eq(cfg.worker_id_path, good[i]);
+        sf_config_clear(&cfg);
+    }
+}
+END_TEST
+
 START_TEST(test_unknown_flag_and_argument)
 {
     sf_config cfg;
@@ -262,6 +302,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_unreadable_and_malformed_files);
     tcase_add_test(tc, test_bad_env_value_names_variable);
     tcase_add_test(tc, test_cross_key_rules);
+    tcase_add_test(tc, test_worker_id_path_refused_before_start);
     tcase_add_test(tc, test_unknown_flag_and_argument);
     tcase_add_test(tc, test_shipped_conf_loads);
     suite_add_tcase(s, tc);

@@ -475,6 +475,9 @@ def test_config_errors():
         expect_config_error([], {"SNOWFLAKE_WORKER_ID": "99"}, must_name=("worker_id", "0..31"))
         expect_config_error(["--port", "70000"], must_name=("port", "65535"))
         expect_config_error(["--port", "http"], must_name=("port", "65535"))
+        expect_config_error(["--zookeeper", "127.0.0.1:1", "--set",
+                             "snowflake.worker_id_path=/a//b"],
+                            must_name=("worker_id_path", "'/a//b'", "empty component"))
         expect_config_error([], {"SNOWFLAKE_LOG_LEVEL": "verbose"},
                             must_name=("log_level", "verbose", "debug"))
         expect_config_error([], {"SNOWFLAKE_MAX_BATCH_SIZE": "0"},

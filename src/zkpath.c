@@ -1,0 +1,37 @@
+/* zkpath.c -- checks a ZooKeeper path against ZooKeeper's own rules (absolute, no empty,
+ * "." or ".." component) and ours (not the root, bounded length), so that a bad
+ * worker_id_path is refused by the settings check instead of after the port is bound. */
+#include "zkpath.h"
+
+#include <string.h>
+
+bool sf_zkpath_valid(const char *path, const char **why)
+{
+    const char *reason = NULL;
+    size_t n = path != NULL ? strlen(path) : 0;
+    if (n == 0 || path[0] != '/')
+        reason = "not absolute";
+    else if (n == 1)
+        reason = "the root";
+    else if (n > SF_ZKPATH_MAX)
+        reason = "too long";
+    else if (path[n - 1] == '/')
+        reason = "a trailing slash";
+    else {
+        /* Each component, after its leading slash, up to the next one. */
+        for (const char *c = path + 1; reason == NULL; ) {
+            const char *end = strchr(c, '/');
+            size_t len = end != NULL ? (size_t)(end - c) : strlen(c);
+            if (len == 0)
+                reason = "an empty component (//)";
+            else if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                reason = "a . or .. component";
+            if (end == NULL)
+                break;
+            c = end + 1;
+        }
+    }
+    if (why != NULL)
+        *why = reason;
+    return reason == NULL;
+}

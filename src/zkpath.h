@@ -1,0 +1,17 @@
+/* zkpath.h -- the one rule for the ZooKeeper paths snowflaked registers under, shared by
+ * the settings check (which refuses a bad path before anything starts) and the registry
+ * (which must never build a node name from one). Plain C: no GLib, no ZooKeeper. */
+#ifndef SF_ZKPATH_H
+#define SF_ZKPATH_H
+
+#include <stdbool.h>
+
+/* The longest path accepted: room left under it for "-locks", "-state" and a node name. */
+#define SF_ZKPATH_MAX 500
+
+/* True when path is an absolute ZooKeeper path of at most SF_ZKPATH_MAX bytes, other
+ * than "/", with no empty, "." or ".." component and no trailing slash. Otherwise false,
+ * with *why (if why is not NULL) saying which rule it breaks. */
+bool sf_zkpath_valid(const char *path, const char **why);
+
+#endif
