@@ -13,13 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Milliseconds on a clock that never jumps, for the overall deadline. */
-static long long monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "clocks.h"
 
 /* Closes fd keeping errno at cause, so the caller can tell a refusal from a timeout. */
 static int fail_with(int fd, int cause)
@@ -96,10 +90,10 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
         snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(grc));
         return fail_with(-1, EHOSTUNREACH);
     }
-    long long deadline = monotonic_ms() + timeout_ms;
+    long long deadline = sf_clock_mono_ms() + timeout_ms;
     int fd = -1;
     for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        long long left = deadline - monotonic_ms();
+        long long left = deadline - sf_clock_mono_ms();
         if (left <= 0) {
             snprintf(err, errlen, "no answer within %d ms", timeout_ms);
             errno = ETIMEDOUT;

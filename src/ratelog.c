@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "clocks.h"
+
 /* Monotonic milliseconds: the interval must not jump with the wall clock. The +1 keeps
  * 0 free to mean "never". */
 static int64_t sf_ratelog_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1;
+    return sf_clock_coarse_ms() + 1;
 }
 
 bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed)

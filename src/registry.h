@@ -30,10 +30,6 @@ typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *wo
                                    int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                                    size_t errlen);
 
-/* Milliseconds on CLOCK_BOOTTIME: the clock of every lease. Unlike CLOCK_MONOTONIC it runs on
- * while the machine is suspended, and ZooKeeper's session clock runs on meanwhile too. */
-int64_t sf_registry_boot_ms(void);
-
 /* The fractions of the negotiated session timeout everything is timed by, defined here once.
  * A session is alive for at least the timeout after a round trip the leader confirmed was
  * sent, so:
