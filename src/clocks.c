@@ -5,33 +5,33 @@
 
 #include <time.h>
 
-static struct timespec sf_clock_read(clockid_t id)
+static struct timespec sf_clocks_read(clockid_t id)
 {
     struct timespec ts;
     clock_gettime(id, &ts);
     return ts;
 }
 
-int64_t sf_clock_mono_ms(void)
+int64_t sf_clocks_mono_ms(void)
 {
-    struct timespec ts = sf_clock_read(CLOCK_MONOTONIC);
+    struct timespec ts = sf_clocks_read(CLOCK_MONOTONIC);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t sf_clock_coarse_ms(void)
+int64_t sf_clocks_coarse_ms(void)
 {
-    struct timespec ts = sf_clock_read(CLOCK_MONOTONIC_COARSE);
+    struct timespec ts = sf_clocks_read(CLOCK_MONOTONIC_COARSE);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-uint64_t sf_clock_mono_ns(void)
+uint64_t sf_clocks_mono_ns(void)
 {
-    struct timespec ts = sf_clock_read(CLOCK_MONOTONIC);
+    struct timespec ts = sf_clocks_read(CLOCK_MONOTONIC);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int64_t sf_clock_boot_ms(void)
+int64_t sf_clocks_boot_ms(void)
 {
-    struct timespec ts = sf_clock_read(CLOCK_BOOTTIME);
+    struct timespec ts = sf_clocks_read(CLOCK_BOOTTIME);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

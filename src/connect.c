@@ -90,10 +90,10 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
         snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(grc));
         return fail_with(-1, EHOSTUNREACH);
     }
-    long long deadline = sf_clock_mono_ms() + timeout_ms;
+    long long deadline = sf_clocks_mono_ms() + timeout_ms;
     int fd = -1;
     for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        long long left = deadline - sf_clock_mono_ms();
+        long long left = deadline - sf_clocks_mono_ms();
         if (left <= 0) {
             snprintf(err, errlen, "no answer within %d ms", timeout_ms);
             errno = ETIMEDOUT;

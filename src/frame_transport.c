@@ -137,11 +137,6 @@ void sf_frame_transport_set_input(SfFrameTransport *t, const uint8_t *data, size
     t->in_pos = 0;
 }
 
-size_t sf_frame_transport_input_left(const SfFrameTransport *t)
-{
-    return t->in_len - t->in_pos;
-}
-
 void sf_frame_transport_begin_reply(SfFrameTransport *t)
 {
     sf_frame_transport_reserve(t, 4);

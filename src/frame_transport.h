@@ -29,9 +29,6 @@ SfFrameTransport *sf_frame_transport_new(void);
  * unchanged until the frame is processed. Reading past len is an error. */
 void sf_frame_transport_set_input(SfFrameTransport *t, const uint8_t *data, size_t len);
 
-/* Bytes of the current input not read yet. */
-size_t sf_frame_transport_input_left(const SfFrameTransport *t);
-
 /* Starts a framed reply: reserves its 4-byte length at the end of the output. */
 void sf_frame_transport_begin_reply(SfFrameTransport *t);
 

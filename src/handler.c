@@ -90,7 +90,7 @@ static const char *const sf_handler_method_names[SF_HANDLER_METHODS] = {
 /* Records how long a call that began at start_ns took, in the calling thread's stripe. */
 static void sf_handler_time(SfHandler *h, sf_handler_method m, uint64_t start_ns)
 {
-    sf_latency_record(&sf_handler_my_stripe(h)->timings[m], sf_clock_mono_ns() - start_ns);
+    sf_latency_record(&sf_handler_my_stripe(h)->timings[m], sf_clocks_mono_ns() - start_ns);
 }
 
 /* Counts ids that were made but not handed out: the check after making them failed. */
@@ -165,13 +165,13 @@ static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under
                                  sf_handler_view *v, SfThriftServiceUnavailable **unavailable)
 {
     sf_handler_read_view(h, v);
-    int64_t now = v->lease_until != 0 ? sf_clock_boot_ms() : 0;
+    int64_t now = v->lease_until != 0 ? sf_clocks_boot_ms() : 0;
     gboolean same = made_under == NULL ||
                     (v->epoch == made_under->epoch && v->worker == made_under->worker);
     if (G_LIKELY(same && v->worker != NULL && v->serving &&
                  (v->lease_until == 0 || now < v->lease_until)))
         return TRUE;
-    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clock_boot_ms())
+    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clocks_boot_ms())
                         : g_strdup("fenced while the id was being made: the worker id may have "
                                    "changed hands; retry");
     *unavailable = g_object_new(SF_THRIFT_TYPE_SERVICE_UNAVAILABLE, "message",
@@ -201,7 +201,7 @@ static int64_t sf_handler_wait_budget_ms(const sf_handler_view *v)
 {
     if (v->lease_until == 0)
         return INT64_MAX;
-    int64_t left = v->lease_until - sf_clock_boot_ms();
+    int64_t left = v->lease_until - sf_clocks_boot_ms();
     return left > 0 ? left : 0;
 }
 
@@ -347,7 +347,7 @@ static gboolean sf_handler_do_get_ids(SfThriftSnowflakeIf *iface, GArray **_retu
 static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
-    uint64_t t0 = sf_clock_mono_ns();
+    uint64_t t0 = sf_clocks_mono_ns();
     gboolean ok = sf_handler_do_get_worker_id(iface, _return, error);
     sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_WORKER_ID, t0);
     return ok;
@@ -356,7 +356,7 @@ static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_re
 static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                              GError **error)
 {
-    uint64_t t0 = sf_clock_mono_ns();
+    uint64_t t0 = sf_clocks_mono_ns();
     gboolean ok = sf_handler_do_get_datacenter_id(iface, _return, error);
     sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_DATACENTER_ID, t0);
     return ok;
@@ -365,7 +365,7 @@ static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 
 static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
-    uint64_t t0 = sf_clock_mono_ns();
+    uint64_t t0 = sf_clocks_mono_ns();
     gboolean ok = sf_handler_do_get_timestamp(iface, _return, error);
     sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_TIMESTAMP, t0);
     return ok;
@@ -377,7 +377,7 @@ static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                   SfThriftInvalidUserAgentError **agent_error,
                                   SfThriftServiceUnavailable **unavailable, GError **error)
 {
-    uint64_t t0 = sf_clock_mono_ns();
+    uint64_t t0 = sf_clocks_mono_ns();
     gboolean ok = sf_handler_do_get_id(iface, _return, useragent, clock_error, agent_error,
                                        unavailable, error);
     sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_ID, t0);
@@ -391,7 +391,7 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
                                    SfThriftInvalidRequestError **request_error,
                                    SfThriftServiceUnavailable **unavailable, GError **error)
 {
-    uint64_t t0 = sf_clock_mono_ns();
+    uint64_t t0 = sf_clocks_mono_ns();
     gboolean ok = sf_handler_do_get_ids(iface, _return, useragent, count, clock_error,
                                         agent_error, request_error, unavailable, error);
     sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_IDS, t0);
@@ -456,7 +456,7 @@ gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
     sf_handler_view v;
     sf_handler_read_view(h, &v);
-    char *why = sf_handler_refusal(h, &v, sf_clock_boot_ms());
+    char *why = sf_handler_refusal(h, &v, sf_clocks_boot_ms());
     if (reason != NULL)
         *reason = why;
     else

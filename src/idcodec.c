@@ -4,6 +4,7 @@
  * the tests and any embedder that needs to know where an id came from. */
 #define _POSIX_C_SOURCE 200809L
 #include "snowflake.h"
+#include "sf_error.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,24 +12,12 @@
 
 int sf_decode(int64_t id, int64_t epoch_ms, sf_decoded *out, sf_error *err)
 {
-    if (id < 0) {
-        if (err != NULL) {
-            err->code = SF_ERR_ARG;
-            err->behind_ms = 0;
-            snprintf(err->message, sizeof err->message,
-                     "id %" PRId64 " is negative: allowed 0..%" PRId64, id, INT64_MAX);
-        }
-        return SF_ERR_ARG;
-    }
-    if (epoch_ms < 0 || epoch_ms > SF_MAX_EPOCH_MS) {
-        if (err != NULL) {
-            err->code = SF_ERR_ARG;
-            err->behind_ms = 0;
-            snprintf(err->message, sizeof err->message,
-                     "epoch %" PRId64 " ms is outside 0..%lld", epoch_ms, SF_MAX_EPOCH_MS);
-        }
-        return SF_ERR_ARG;
-    }
+    if (id < 0)
+        return sf_error_fail(err, SF_ERR_ARG, "id %" PRId64 " is negative: allowed 0..%" PRId64,
+                             id, INT64_MAX);
+    if (epoch_ms < 0 || epoch_ms > SF_MAX_EPOCH_MS)
+        return sf_error_fail(err, SF_ERR_ARG, "epoch %" PRId64 " ms is outside 0..%lld",
+                             epoch_ms, SF_MAX_EPOCH_MS);
     out->id = id;
     out->timestamp_ms = (id >> SF_TIMESTAMP_SHIFT) + epoch_ms;
     out->datacenter_id = (id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID;
@@ -59,15 +48,9 @@ int sf_compose(const sf_decoded *f, int64_t epoch_ms, int64_t *id, sf_error *err
 {
     int64_t max;
     const char *bad = sf_compose_bad_field(f, epoch_ms, &max);
-    if (bad != NULL) {
-        if (err != NULL) {
-            err->code = SF_ERR_ARG;
-            err->behind_ms = 0;
-            snprintf(err->message, sizeof err->message, "%s is out of range: allowed 0..%" PRId64,
-                     bad, max);
-        }
-        return SF_ERR_ARG;
-    }
+    if (bad != NULL)
+        return sf_error_fail(err, SF_ERR_ARG, "%s is out of range: allowed 0..%" PRId64, bad,
+                             max);
     *id = ((f->timestamp_ms - epoch_ms) << SF_TIMESTAMP_SHIFT) |
           (f->datacenter_id << SF_DATACENTER_ID_SHIFT) | (f->worker_id << SF_WORKER_ID_SHIFT) |
           f->sequence;

@@ -5,6 +5,7 @@
  * holds w->lock, as the original's nextId is synchronized. */
 #define _POSIX_C_SOURCE 200809L
 #include "snowflake.h"
+#include "sf_error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -90,23 +91,6 @@ static inline void do_set_last(sf_worker *w, int64_t ts)
     atomic_store_explicit(&w->last_timestamp, ts, memory_order_relaxed);
 }
 
-static int sf_fail(sf_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err (when given) and returns code, so error paths are one line. */
-static int sf_fail(sf_error *err, int code, const char *fmt, ...)
-{
-    if (err != NULL) {
-        va_list ap;
-        err->code = code;
-        err->behind_ms = 0;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int64_t sf_clock_now_ms(void)
 {
     struct timespec ts;
@@ -137,16 +121,16 @@ void sf_worker_options_init(sf_worker_options *opts)
 int sf_worker_options_check(const sf_worker_options *o, sf_error *err)
 {
     if (o->worker_id < 0 || o->worker_id > SF_MAX_WORKER_ID)
-        return sf_fail(err, SF_ERR_ARG, "worker id %" PRId64 " is out of range: allowed 0..%d",
+        return sf_error_fail(err, SF_ERR_ARG, "worker id %" PRId64 " is out of range: allowed 0..%d",
                        o->worker_id, SF_MAX_WORKER_ID);
     if (o->datacenter_id < 0 || o->datacenter_id > SF_MAX_DATACENTER_ID)
-        return sf_fail(err, SF_ERR_ARG, "datacenter id %" PRId64 " is out of range: allowed 0..%d",
+        return sf_error_fail(err, SF_ERR_ARG, "datacenter id %" PRId64 " is out of range: allowed 0..%d",
                        o->datacenter_id, SF_MAX_DATACENTER_ID);
     if (o->epoch_ms < 0)
-        return sf_fail(err, SF_ERR_ARG, "epoch %" PRId64 " ms is negative: allowed 0 or later",
+        return sf_error_fail(err, SF_ERR_ARG, "epoch %" PRId64 " ms is negative: allowed 0 or later",
                        o->epoch_ms);
     if (o->max_clock_backward_wait_ms < 0 || o->max_clock_backward_wait_ms > 60000)
-        return sf_fail(err, SF_ERR_ARG,
+        return sf_error_fail(err, SF_ERR_ARG,
                        "max_clock_backward_wait_ms %" PRId64 " is out of range: allowed 0..60000",
                        o->max_clock_backward_wait_ms);
     return SF_OK;
@@ -158,7 +142,7 @@ sf_worker *sf_worker_new(const sf_worker_options *opts, sf_error *err)
         return NULL;
     sf_worker *w = calloc(1, sizeof *w);
     if (w == NULL) {
-        sf_fail(err, SF_ERR_NOMEM, "out of memory allocating a worker");
+        sf_error_fail(err, SF_ERR_NOMEM, "out of memory allocating a worker");
         return NULL;
     }
     atomic_init(&w->lock.held, false);
@@ -228,7 +212,7 @@ static int do_next_slot(sf_worker *w, int64_t *ts_out, int64_t *behind_ms, sf_er
         }
     }
     if (ts < w->opts.epoch_ms || ts - w->opts.epoch_ms > SF_MAX_TIMESTAMP_DELTA)
-        return sf_fail(err, SF_ERR_CLOCK,
+        return sf_error_fail(err, SF_ERR_CLOCK,
                        "clock reads %" PRId64 " ms, outside the 41-bit range after epoch %" PRId64,
                        ts, w->opts.epoch_ms);
     w->sequence = ts == last ? w->sequence + 1 : do_first_sequence(w);
@@ -262,7 +246,7 @@ static int do_generate(sf_worker *w, int64_t *ids, size_t count, int64_t max_wai
         if (rc == SF_ERR_CLOCK_BACKWARDS) {
             if (behind > allowed - waited) {
                 do_count(&w->clock_backward_errors, 1);
-                sf_fail(err, SF_ERR_CLOCK_BACKWARDS,
+                sf_error_fail(err, SF_ERR_CLOCK_BACKWARDS,
                         "Clock moved backwards.  Refusing to generate id for %" PRId64
                         " milliseconds", behind);
                 if (err != NULL)

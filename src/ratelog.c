@@ -13,7 +13,7 @@
  * 0 free to mean "never". */
 static int64_t sf_ratelog_now_ms(void)
 {
-    return sf_clock_coarse_ms() + 1;
+    return sf_clocks_coarse_ms() + 1;
 }
 
 bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed)

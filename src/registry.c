@@ -175,9 +175,9 @@ static void sf_reg_wait_locked(sf_registry *r, int64_t ms)
 /* Sleeps ms unless stopped first (lock not held). False when stopped. */
 static bool sf_reg_sleep(sf_registry *r, int64_t ms)
 {
-    int64_t end = sf_clock_boot_ms() + ms;
+    int64_t end = sf_clocks_boot_ms() + ms;
     pthread_mutex_lock(&r->mu);
-    for (int64_t left = ms; !r->stop && left > 0; left = end - sf_clock_boot_ms())
+    for (int64_t left = ms; !r->stop && left > 0; left = end - sf_clocks_boot_ms())
         sf_reg_wait_locked(r, left);
     bool stopped = r->stop;
     pthread_mutex_unlock(&r->mu);
@@ -250,7 +250,7 @@ static void sf_reg_fence(sf_registry *r, const char *reason)
     sf_reg_move(r, SF_REG_FENCED, reason);
     r->lease_until = 0;
     sf_reg_queue_fenced(r, reason, was_serving);
-    r->retry_at = sf_clock_boot_ms() + r->backoff_ms;
+    r->retry_at = sf_clocks_boot_ms() + r->backoff_ms;
     r->backoff_ms = r->backoff_ms * 2 > SF_REG_BACKOFF_MAX_MS ? SF_REG_BACKOFF_MAX_MS
                                                               : r->backoff_ms * 2;
 }
@@ -259,7 +259,7 @@ static void sf_reg_fence(sf_registry *r, const char *reason)
  * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. */
 static void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
 {
-    int64_t now = sf_clock_boot_ms();
+    int64_t now = sf_clocks_boot_ms();
     if (r->state == SF_REG_STOPPING)
         return;
     switch (ev) {
@@ -437,10 +437,10 @@ static int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
 {
     int64_t wait_ms = r->o.session_timeout_ms > SF_REG_CONNECT_MIN_MS ? r->o.session_timeout_ms
                                                                       : SF_REG_CONNECT_MIN_MS;
-    int64_t end = sf_clock_boot_ms() + wait_ms;
+    int64_t end = sf_clocks_boot_ms() + wait_ms;
     pthread_mutex_lock(&r->mu);
-    while (!r->connected && !r->expired && !r->stop && sf_clock_boot_ms() < end)
-        sf_reg_wait_locked(r, end - sf_clock_boot_ms());
+    while (!r->connected && !r->expired && !r->stop && sf_clocks_boot_ms() < end)
+        sf_reg_wait_locked(r, end - sf_clocks_boot_ms());
     bool ok = r->connected, stop = r->stop, expired = r->expired;
     zhandle_t *zh = r->zh;
     pthread_mutex_unlock(&r->mu);
@@ -465,10 +465,10 @@ static int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
     pthread_mutex_unlock(&r->mu);
     int rc = zoo_add_auth(zh, "digest", r->auth, (int)strlen(r->auth), sf_reg_auth_done, r);
     if (rc == ZOK) {
-        end = sf_clock_boot_ms() + wait_ms;
+        end = sf_clocks_boot_ms() + wait_ms;
         pthread_mutex_lock(&r->mu);
-        while (r->auth_rc == 1 && !r->stop && sf_clock_boot_ms() < end)
-            sf_reg_wait_locked(r, end - sf_clock_boot_ms());
+        while (r->auth_rc == 1 && !r->stop && sf_clocks_boot_ms() < end)
+            sf_reg_wait_locked(r, end - sf_clocks_boot_ms());
         rc = r->stop ? ZCLOSING : r->auth_rc == 1 ? ZOPERATIONTIMEOUT : r->auth_rc;
         pthread_mutex_unlock(&r->mu);
     }
@@ -929,7 +929,7 @@ static void sf_reg_renew_done(int rc, const void *data)
         snprintf(why, sizeof why, "another session changed our nodes (%s); checking them",
                  zerror(rc));
     } else {
-        r->next_renew = sf_clock_boot_ms() + SF_REG_BACKOFF_MIN_MS;
+        r->next_renew = sf_clocks_boot_ms() + SF_REG_BACKOFF_MIN_MS;
         w->outcome = SF_REG_EV_RENEW_FAILED;
         snprintf(why, sizeof why, "no confirmation from ZooKeeper's leader (%s)", zerror(rc));
     }
@@ -999,7 +999,7 @@ static void sf_reg_renew_send(sf_registry *r, int64_t id)
     w->done = false;
     w->seq++;
     w->zh = r->zh;
-    w->t0 = sf_clock_boot_ms();
+    w->t0 = sf_clocks_boot_ms();
     r->next_renew = w->t0 + (sf_registry_renew_ms(r->negotiated_ms) < r->o.state_interval_ms
                                  ? sf_registry_renew_ms(r->negotiated_ms)
                                  : r->o.state_interval_ms);
@@ -1013,7 +1013,7 @@ static void sf_reg_renew_send(sf_registry *r, int64_t id)
         w->outcome = SF_REG_EV_RENEW_FAILED;
         char why[128];
         snprintf(why, sizeof why, "the renewal could not be sent (%s)", zerror(rc));
-        r->next_renew = sf_clock_boot_ms() + SF_REG_BACKOFF_MIN_MS;
+        r->next_renew = sf_clocks_boot_ms() + SF_REG_BACKOFF_MIN_MS;
         sf_reg_step(r, SF_REG_EV_RENEW_FAILED, why);
     }
     pthread_mutex_unlock(&r->mu);
@@ -1281,7 +1281,7 @@ static void *sf_reg_thread(void *arg)
             break;
         }
         sf_reg_state state = r->state;
-        int64_t now = sf_clock_boot_ms();
+        int64_t now = sf_clocks_boot_ms();
         if (state == SF_REG_CONNECTING || state == SF_REG_CLAIMING ||
             state == SF_REG_WAITING_FLOOR) {
             pthread_mutex_unlock(&r->mu);

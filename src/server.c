@@ -181,7 +181,7 @@ static void sf_conn_account(sf_thread *t, sf_conn *c, size_t before)
     if (after == 0) {
         c->out_since_ms = 0;
     } else if (c->out_since_ms == 0 || c->out_sent >= c->out_mark) {
-        c->out_since_ms = sf_clock_coarse_ms();
+        c->out_since_ms = sf_clocks_coarse_ms();
         c->out_mark = c->out_sent + after;
     }
     atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
@@ -286,7 +286,7 @@ static void sf_conn_adopt(sf_thread *t, int fd)
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
         g_debug("TCP_NODELAY on connection from %s failed: %s", c->peer, g_strerror(errno));
-    c->last_active_ms = sf_clock_coarse_ms();
+    c->last_active_ms = sf_clocks_coarse_ms();
     c->events = EPOLLIN | EPOLLRDHUP;
     struct epoll_event ev = {.events = c->events, .data.ptr = c};
     c->next = t->conns;
@@ -319,7 +319,7 @@ static bool sf_conn_write_pending(sf_conn *c)
         }
         c->out_off += (size_t)n;
         c->out_sent += (uint64_t)n;
-        c->last_active_ms = sf_clock_coarse_ms();
+        c->last_active_ms = sf_clocks_coarse_ms();
     }
     g_free(c->out);
     c->out = NULL;
@@ -424,7 +424,7 @@ static void sf_conn_update_interest(sf_thread *t, sf_conn *c)
  * finished or broken; returns false then. */
 static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
 {
-    int64_t now = sf_clock_coarse_ms();
+    int64_t now = sf_clocks_coarse_ms();
     for (;;) {
         size_t have = c->in_len;
         bool had_partial = have > 0;
@@ -545,7 +545,7 @@ static void sf_thread_accept_exhausted(sf_thread *t, int err)
     if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL) != 0)
         g_warning("cannot pause the listener on port %d: %s", s->port, g_strerror(errno));
     s->listen_paused = true;
-    s->accept_resume_ms = sf_clock_coarse_ms() + SF_ACCEPT_BACKOFF_MS;
+    s->accept_resume_ms = sf_clocks_coarse_ms() + SF_ACCEPT_BACKOFF_MS;
 }
 
 /* Puts the listener back into epoll once its back-off is over (thread 0). */
@@ -811,7 +811,7 @@ static void *sf_thread_main(void *arg)
     sf_server *s = t->server;
     struct epoll_event events[SF_MAX_EVENTS];
     bool draining = false;
-    t->last_tick_ms = sf_clock_coarse_ms();
+    t->last_tick_ms = sf_clocks_coarse_ms();
     for (;;) {
         int n = epoll_wait(t->epfd, events, SF_MAX_EVENTS, SF_TICK_MS);
         if (n < 0 && errno != EINTR) {
@@ -847,7 +847,7 @@ static void *sf_thread_main(void *arg)
             }
         }
         sf_thread_bury(t);
-        int64_t now = sf_clock_coarse_ms();
+        int64_t now = sf_clocks_coarse_ms();
         if (!draining && atomic_load(&s->stopping)) {
             draining = true;
             sf_thread_begin_drain(t);
@@ -1095,7 +1095,7 @@ void sf_server_stop(sf_server *s, int timeout_ms)
     if (s->stopped)
         return;
     s->stopped = true;
-    s->stop_deadline_ms = sf_clock_coarse_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    s->stop_deadline_ms = sf_clocks_coarse_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     atomic_store(&s->stopping, true);
     for (int i = 0; i < s->nthreads; i++) {
         uint64_t one = 1;
