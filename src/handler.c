@@ -17,13 +17,11 @@
 #define SF_AGENT_GRAMMAR "[a-zA-Z][a-zA-Z\\-0-9]*"
 
 typedef struct sf_handler_stripe {
-    _Alignas(64) atomic_uint_fast64_t ids_generated;
-    atomic_uint_fast64_t agent_errors;
-    atomic_uint_fast64_t request_errors;
-    atomic_uint_fast64_t unavailable_errors;
-    atomic_uint_fast64_t clock_errors;
-    atomic_uint_fast64_t ids_discarded;
-    sf_latency timings[SF_HANDLER_METHODS];
+#define SF_STRIPE_FIELD(name, help) atomic_uint_fast64_t name;
+    SF_HANDLER_COUNTERS(SF_STRIPE_FIELD)
+#undef SF_STRIPE_FIELD
+    /* The alignment makes the whole stripe start on a cache line of its own. */
+    _Alignas(64) sf_latency timings[SF_HANDLER_METHODS];
 } sf_handler_stripe;
 
 /* What requests are served with: one consistent copy of the published state. */
@@ -223,7 +221,7 @@ static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent,
                                       agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
     *agent_error = g_object_new(SF_THRIFT_TYPE_INVALID_USER_AGENT_ERROR, "message", msg, NULL);
     g_free(msg);
-    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->agent_errors, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_agent_errors, 1, memory_order_relaxed);
     return TRUE;
 }
 
@@ -317,7 +315,7 @@ static gboolean sf_handler_do_get_ids(SfThriftSnowflakeIf *iface, GArray **_retu
                                     (int)count, h->max_batch_size);
         *request_error = g_object_new(SF_THRIFT_TYPE_INVALID_REQUEST_ERROR, "message", msg, NULL);
         g_free(msg);
-        atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->request_errors, 1,
+        atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_request_errors, 1,
                                   memory_order_relaxed);
         return FALSE;
     }
@@ -469,21 +467,18 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
     memset(out, 0, sizeof *out);
     for (int i = 0; i < SF_HANDLER_STRIPES; i++) {
         sf_handler_stripe *s = &h->stripes[i];
-        out->ids_generated += atomic_load_explicit(&s->ids_generated, memory_order_relaxed);
-        out->agent_errors += atomic_load_explicit(&s->agent_errors, memory_order_relaxed);
-        out->request_errors += atomic_load_explicit(&s->request_errors, memory_order_relaxed);
-        out->unavailable_errors +=
-            atomic_load_explicit(&s->unavailable_errors, memory_order_relaxed);
-        out->clock_errors += atomic_load_explicit(&s->clock_errors, memory_order_relaxed);
-        out->ids_discarded += atomic_load_explicit(&s->ids_discarded, memory_order_relaxed);
+#define SF_SUM_COUNTER(name, help) \
+    out->name += atomic_load_explicit(&s->name, memory_order_relaxed);
+        SF_HANDLER_COUNTERS(SF_SUM_COUNTER)
+#undef SF_SUM_COUNTER
     }
     sf_agents_stats as;
     sf_agents_get_stats(h->agents, &as);
     out->useragents_tracked = as.tracked;
     out->useragents_untracked = as.untracked;
-    out->ids_other_agents = as.other_ids;
-    out->exceptions =
-        out->agent_errors + out->request_errors + out->unavailable_errors + out->clock_errors;
+    out->ids_generated_other_agents = as.other_ids;
+    out->exceptions = out->invalid_agent_errors + out->invalid_request_errors +
+                      out->unavailable_errors + out->clock_errors;
     sf_worker *w = sf_handler_current_worker(h);
     out->worker_id = w != NULL ? sf_worker_worker_id(w) : -1;
     out->datacenter_id = w != NULL ? sf_worker_datacenter_id(w) : -1;
@@ -545,12 +540,9 @@ static void sf_handler_init(SfHandler *h)
         g_error("out of memory allocating handler counters");
     for (int i = 0; i < SF_HANDLER_STRIPES; i++) {
         sf_handler_stripe *s = &h->stripes[i];
-        atomic_init(&s->ids_generated, 0);
-        atomic_init(&s->agent_errors, 0);
-        atomic_init(&s->request_errors, 0);
-        atomic_init(&s->unavailable_errors, 0);
-        atomic_init(&s->clock_errors, 0);
-        atomic_init(&s->ids_discarded, 0);
+#define SF_INIT_COUNTER(name, help) atomic_init(&s->name, 0);
+        SF_HANDLER_COUNTERS(SF_INIT_COUNTER)
+#undef SF_INIT_COUNTER
         for (int m = 0; m < SF_HANDLER_METHODS; m++)
             sf_latency_init(&s->timings[m]);
     }

@@ -21,25 +21,37 @@ typedef struct _SfHandlerClass SfHandlerClass;
 GType sf_handler_get_type(void);
 
 /* Counters and gauges of one handler, summed over every thread that called it. */
+/* The handler's counters, each named once: X(name, help). SF_HANDLER_COUNTERS are
+ * counted per stripe and summed when read; SF_HANDLER_DERIVED_COUNTERS are read from
+ * elsewhere (their sum, the current worker, the agent table). Each is a field of
+ * sf_handler_stats and a counter of the admin endpoint under that name. */
+#define SF_HANDLER_COUNTERS(X)                                                                 \
+    X(ids_generated, "Ids handed out")                                                        \
+    X(invalid_agent_errors, "Calls refused for a bad user agent")                             \
+    X(invalid_request_errors, "get_ids calls refused for their count")                        \
+    X(unavailable_errors, "Calls refused while not serving")                                  \
+    X(clock_errors, "Calls refused with InvalidSystemClock")                                  \
+    X(ids_discarded,                                                                          \
+      "Ids made but not handed out: fenced or the lease ran out while they were made")
+#define SF_HANDLER_DERIVED_COUNTERS(X)                                                         \
+    X(exceptions, "Declared exceptions thrown to clients")                                    \
+    X(sequence_waits, "Waits for the next millisecond after 4096 ids in one")                 \
+    X(clock_backward_waits, "Small backward clock steps waited out")                          \
+    X(clock_backward_errors, "Ids refused because the clock moved backwards")                 \
+    X(ids_generated_other_agents, "Ids handed out to agents beyond max_tracked_useragents")
+
+/* Totals since start (the worker's: of the current worker, zero while none) and gauges. */
 typedef struct sf_handler_stats {
-    uint64_t ids_generated;        /* the original's ids_generated */
-    uint64_t exceptions;           /* every declared exception thrown */
-    uint64_t agent_errors;         /* InvalidUserAgentError */
-    uint64_t request_errors;       /* InvalidRequestError (get_ids count) */
-    uint64_t unavailable_errors;   /* ServiceUnavailable */
-    uint64_t clock_errors;         /* InvalidSystemClock */
-    uint64_t ids_discarded;        /* made, then refused: fenced while they were made */
+#define SF_HANDLER_STATS_FIELD(name, help) uint64_t name;
+    SF_HANDLER_COUNTERS(SF_HANDLER_STATS_FIELD)
+    SF_HANDLER_DERIVED_COUNTERS(SF_HANDLER_STATS_FIELD)
+#undef SF_HANDLER_STATS_FIELD
     int64_t worker_id;             /* -1 while no worker is held */
     int64_t datacenter_id;         /* -1 while no worker is held */
     gboolean serving;
-    /* From the current worker (zero while none): */
-    uint64_t sequence_waits;
-    uint64_t clock_backward_waits;
-    uint64_t clock_backward_errors;
     /* Per-agent counting, bounded by max_tracked_useragents: */
     uint64_t useragents_tracked;   /* agents counted by name */
     uint64_t useragents_untracked; /* distinct agents beyond the cap (estimated) */
-    uint64_t ids_other_agents;     /* ids handed out to those */
 } sf_handler_stats;
 
 /* The handler's limits; start from sf_handler_options_init(). */

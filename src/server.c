@@ -68,9 +68,10 @@ typedef struct sf_conn {
 
 /* Counters written by their own thread only, read by anyone. */
 typedef struct sf_thread_stats {
-    atomic_uint_fast64_t accepted, frames_processed, frames_refused, idle_timeouts,
-        frame_timeouts, replies_withheld, connections_dropped, write_timeouts,
-        output_budget_closes, output_buffered;
+#define SF_THREAD_STATS_FIELD(name, help) atomic_uint_fast64_t name;
+    SF_SERVER_COUNTERS(SF_THREAD_STATS_FIELD)
+#undef SF_THREAD_STATS_FIELD
+    atomic_uint_fast64_t output_buffered;
 } sf_thread_stats;
 
 struct sf_thread {
@@ -112,7 +113,6 @@ struct sf_server {
     int nthreads;
     unsigned next_thread;  /* round robin for new connections (thread 0 only) */
     atomic_int open_connections;
-    atomic_uint_fast64_t refused;
     int reserve_fd;        /* /dev/null, given up to take one connection off the
                             * backlog when accept() runs out of descriptors */
     bool listen_paused;    /* the listener is out of epoll until accept_resume_ms */
@@ -299,7 +299,7 @@ static void sf_conn_adopt(sf_thread *t, int fd)
         sf_conn_close(t, c);
         return;
     }
-    sf_bump(&t->stats.accepted, 1);
+    sf_bump(&t->stats.connections_accepted, 1);
 }
 
 /* Writes as much pending output as the socket takes. FALSE when the
@@ -513,10 +513,12 @@ static bool sf_conn_writable(sf_thread *t, sf_conn *c)
     return true;
 }
 
-/* Logs refused connections at most once a second, with how many. */
-static void sf_server_log_refusal(sf_server *s)
+/* Counts a refused connection and logs refusals at most once a second, with how many
+ * (thread 0 alone accepts, so its count is the total). */
+static void sf_server_log_refusal(sf_thread *t)
 {
-    uint64_t total = atomic_fetch_add(&s->refused, 1) + 1;
+    sf_server *s = t->server;
+    uint64_t total = atomic_fetch_add(&t->stats.connections_refused, 1) + 1;
     sf_server_log_limited(&s->refusal_log, G_LOG_LEVEL_WARNING,
                           "refusing connection: %d connections open (max_connections); "
                           "%" G_GUINT64_FORMAT " refused so far",
@@ -584,7 +586,7 @@ static void sf_thread_accept(sf_thread *t)
         if (atomic_fetch_add(&s->open_connections, 1) >= s->opts.max_connections) {
             atomic_fetch_sub(&s->open_connections, 1);
             close(fd);
-            sf_server_log_refusal(s);
+            sf_server_log_refusal(t);
             continue;
         }
         sf_thread *target = &s->threads[s->next_thread++ % (unsigned)s->nthreads];
@@ -999,7 +1001,6 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     s->processor = g_object_ref(processor);
     s->nthreads = opts->threads;
     atomic_init(&s->open_connections, 0);
-    atomic_init(&s->refused, 0);
     atomic_init(&s->stopping, false);
     atomic_init(&s->want_listening, opts->listen_at_start);
     atomic_init(&s->listening_now, false);
@@ -1152,21 +1153,13 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
     memset(out, 0, sizeof *out);
     for (int i = 0; i < s->nthreads; i++) {
         sf_thread_stats *ts = &s->threads[i].stats;
-        out->connections_accepted += atomic_load_explicit(&ts->accepted, memory_order_relaxed);
-        out->frames_processed += atomic_load_explicit(&ts->frames_processed, memory_order_relaxed);
-        out->frames_refused += atomic_load_explicit(&ts->frames_refused, memory_order_relaxed);
-        out->idle_timeouts += atomic_load_explicit(&ts->idle_timeouts, memory_order_relaxed);
-        out->frame_timeouts += atomic_load_explicit(&ts->frame_timeouts, memory_order_relaxed);
-        out->replies_withheld += atomic_load_explicit(&ts->replies_withheld, memory_order_relaxed);
-        out->connections_dropped +=
-            atomic_load_explicit(&ts->connections_dropped, memory_order_relaxed);
-        out->write_timeouts += atomic_load_explicit(&ts->write_timeouts, memory_order_relaxed);
-        out->output_budget_closes +=
-            atomic_load_explicit(&ts->output_budget_closes, memory_order_relaxed);
+#define SF_SUM_COUNTER(name, help) \
+    out->name += atomic_load_explicit(&ts->name, memory_order_relaxed);
+        SF_SERVER_COUNTERS(SF_SUM_COUNTER)
+#undef SF_SUM_COUNTER
         out->output_buffered += atomic_load_explicit(&ts->output_buffered, memory_order_relaxed);
     }
     out->listening = atomic_load(&s->listening_now);
     int open = atomic_load(&s->open_connections);
     out->connections_open = open > 0 ? (uint64_t)open : 0;
-    out->connections_refused = atomic_load(&s->refused);
 }

@@ -30,20 +30,30 @@ typedef struct sf_server_options {
                                 * connections holding the most are closed */
 } sf_server_options;
 
-/* Totals since start, summed over the threads when read. */
+/* The server's counters, each named once: X(name, help). Each is a field of
+ * sf_server_stats, a per-thread atomic inside the server, and a counter of the admin
+ * endpoint under that name. */
+#define SF_SERVER_COUNTERS(X)                                                                  \
+    X(connections_accepted, "Thrift connections accepted")                                    \
+    X(connections_refused, "Thrift connections refused over max_connections")                 \
+    X(frames_processed, "Requests answered")                                                  \
+    X(frames_refused, "Oversized, malformed or truncated frames")                             \
+    X(idle_timeouts, "Connections closed after idle_timeout_ms")                              \
+    X(frame_timeouts, "Connections closed after frame_timeout_ms")                            \
+    X(replies_withheld,                                                                       \
+      "Connections closed unanswered: a refusal made while the port should be closed")        \
+    X(connections_dropped, "Connections closed when the port closed (fenced)")                \
+    X(write_timeouts,                                                                         \
+      "Connections closed after their replies waited unsent for write_timeout_ms")            \
+    X(output_budget_closes, "Slowest readers closed past max_output_buffer")
+
+/* Totals since start, summed over the threads when read, and the gauges. */
 typedef struct sf_server_stats {
+#define SF_SERVER_STATS_FIELD(name, help) uint64_t name;
+    SF_SERVER_COUNTERS(SF_SERVER_STATS_FIELD)
+#undef SF_SERVER_STATS_FIELD
     uint64_t connections_open;
-    uint64_t connections_accepted;
-    uint64_t connections_refused;  /* over max_connections */
-    uint64_t frames_processed;
-    uint64_t frames_refused;       /* oversized, malformed or truncated */
-    uint64_t idle_timeouts;
-    uint64_t frame_timeouts;
-    uint64_t replies_withheld;     /* connections closed unanswered by withhold_replies */
-    uint64_t connections_dropped;  /* closed when listening stopped */
     bool listening;
-    uint64_t write_timeouts;       /* replies unsent for write_timeout_ms */
-    uint64_t output_budget_closes; /* closed past max_output_buffer */
     uint64_t output_buffered;      /* bytes of replies waiting unsent now */
 } sf_server_stats;
 

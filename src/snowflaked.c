@@ -112,41 +112,19 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         uint64_t value;
         const char *help;
     } counters[] = {
-        { "ids_generated", hs.ids_generated, "Ids handed out" },
-        { "exceptions", hs.exceptions, "Declared exceptions thrown to clients" },
-        { "invalid_agent_errors", hs.agent_errors, "Calls refused for a bad user agent" },
-        { "invalid_request_errors", hs.request_errors, "get_ids calls refused for their count" },
-        { "unavailable_errors", hs.unavailable_errors, "Calls refused while not serving" },
-        { "ids_discarded", hs.ids_discarded,
-          "Ids made but not handed out: fenced or the lease ran out while they were made" },
-        { "sequence_waits", hs.sequence_waits,
-          "Waits for the next millisecond after 4096 ids in one" },
-        { "clock_backward_waits", hs.clock_backward_waits, "Small backward clock steps waited out" },
-        { "clock_backward_errors", hs.clock_backward_errors,
-          "Ids refused because the clock moved backwards" },
-        { "ids_generated_other_agents", hs.ids_other_agents,
-          "Ids handed out to agents beyond max_tracked_useragents" },
-        { "connections_accepted", ss.connections_accepted, "Thrift connections accepted" },
-        { "connections_refused", ss.connections_refused,
-          "Thrift connections refused over max_connections" },
-        { "frames_processed", ss.frames_processed, "Requests answered" },
-        { "frames_refused", ss.frames_refused, "Oversized, malformed or truncated frames" },
-        { "idle_timeouts", ss.idle_timeouts, "Connections closed after idle_timeout_ms" },
-        { "frame_timeouts", ss.frame_timeouts, "Connections closed after frame_timeout_ms" },
-        { "replies_withheld", ss.replies_withheld,
-          "Connections closed unanswered: a refusal made while the port should be closed" },
-        { "connections_dropped", ss.connections_dropped,
-          "Connections closed when the port closed (fenced)" },
+#define SF_HANDLER_ROW(name, help) { #name, hs.name, help },
+#define SF_SERVER_ROW(name, help) { #name, ss.name, help },
+        SF_HANDLER_COUNTERS(SF_HANDLER_ROW)
+        SF_HANDLER_DERIVED_COUNTERS(SF_HANDLER_ROW)
+        SF_SERVER_COUNTERS(SF_SERVER_ROW)
+#undef SF_HANDLER_ROW
+#undef SF_SERVER_ROW
         { "audit_sent", as.sent, "Audit entries the sink accepted" },
         { "audit_dropped", as.dropped,
           "Audit entries dropped: the queue was full, or undelivered at stop" },
         { "scribe_enqueue_failures", as.dropped, "The original's name for audit_dropped" },
         { "audit_send_failures", as.send_failures,
           "Failed deliveries to the audit sink (their entries are retried)" },
-        { "write_timeouts", ss.write_timeouts,
-          "Connections closed after their replies waited unsent for write_timeout_ms" },
-        { "output_budget_closes", ss.output_budget_closes,
-          "Slowest readers closed past max_output_buffer" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
