@@ -36,35 +36,40 @@ typedef struct sf_key {
 } sf_key;
 
 #define SF_FIELD(f) offsetof(sf_config, f)
+/* A row for an integer setting of the server or the handler: its range is the module's. */
+#define SF_SERVER_KEY(name, field)                                                         \
+    { "snowflake", name, SF_KEY_INT, SF_FIELD(server.field), SF_SERVER_MIN_##field,         \
+      SF_SERVER_MAX_##field }
+#define SF_HANDLER_KEY(name, field)                                                        \
+    { "snowflake", name, SF_KEY_INT, SF_FIELD(handler.field), SF_HANDLER_MIN_##field,       \
+      SF_HANDLER_MAX_##field }
 
 /* Every key the file may hold. Names the original had keep its spelling. */
 static const sf_key sf_keys[] = {
     { "snowflake", "datacenter_id", SF_KEY_INT64, SF_FIELD(datacenter_id), 0, SF_MAX_DATACENTER_ID },
     { "snowflake", "worker_id", SF_KEY_WORKER_ID, SF_FIELD(worker_id), 0, SF_MAX_WORKER_ID },
-    { "snowflake", "server_port", SF_KEY_INT, SF_FIELD(server_port), 0, 65535 },
-    { "snowflake", "thrift_server_threads", SF_KEY_INT, SF_FIELD(thrift_server_threads), 1, 256 },
+    SF_SERVER_KEY("server_port", port),
+    SF_SERVER_KEY("thrift_server_threads", threads),
     { "snowflake", "skip_sanity_checks", SF_KEY_BOOL, SF_FIELD(skip_sanity_checks), 0, 1 },
     { "snowflake", "skip_unreachable_peers", SF_KEY_BOOL, SF_FIELD(skip_unreachable_peers), 0, 1 },
     { "snowflake", "startup_sleep_ms", SF_KEY_INT64, SF_FIELD(startup_sleep_ms), 0, 600000 },
     { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(worker_id_path), 0, 0 },
-    { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(bind_address), 0, 0 },
+    { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(server.bind_address), 0, 0 },
     { "snowflake", "listen_while_not_serving", SF_KEY_BOOL, SF_FIELD(listen_while_not_serving),
       0, 1 },
     { "snowflake", "epoch_ms", SF_KEY_INT64, SF_FIELD(epoch_ms), 0, SF_MAX_EPOCH_MS },
     { "snowflake", "max_clock_backward_wait_ms", SF_KEY_INT64,
       SF_FIELD(max_clock_backward_wait_ms), 0, 60000 },
     { "snowflake", "random_first_sequence", SF_KEY_BOOL, SF_FIELD(random_first_sequence), 0, 1 },
-    { "snowflake", "max_batch_size", SF_KEY_INT, SF_FIELD(max_batch_size), 1, 1000000 },
-    { "snowflake", "max_useragent_length", SF_KEY_INT, SF_FIELD(max_useragent_length), 1, 4096 },
-    { "snowflake", "max_tracked_useragents", SF_KEY_INT, SF_FIELD(max_tracked_useragents), 0,
-      100000 },
-    { "snowflake", "max_frame_size", SF_KEY_INT, SF_FIELD(max_frame_size), 64, 16777216 },
-    { "snowflake", "max_connections", SF_KEY_INT, SF_FIELD(max_connections), 1, 1000000 },
-    { "snowflake", "idle_timeout_ms", SF_KEY_INT, SF_FIELD(idle_timeout_ms), 0, 86400000 },
-    { "snowflake", "frame_timeout_ms", SF_KEY_INT, SF_FIELD(frame_timeout_ms), 1, 3600000 },
-    { "snowflake", "write_timeout_ms", SF_KEY_INT, SF_FIELD(write_timeout_ms), 1, 3600000 },
-    { "snowflake", "max_output_buffer", SF_KEY_INT, SF_FIELD(max_output_buffer), 1048576,
-      1073741824 },
+    SF_HANDLER_KEY("max_batch_size", max_batch_size),
+    SF_HANDLER_KEY("max_useragent_length", max_useragent_length),
+    SF_HANDLER_KEY("max_tracked_useragents", max_tracked_useragents),
+    SF_SERVER_KEY("max_frame_size", max_frame_size),
+    SF_SERVER_KEY("max_connections", max_connections),
+    SF_SERVER_KEY("idle_timeout_ms", idle_timeout_ms),
+    SF_SERVER_KEY("frame_timeout_ms", frame_timeout_ms),
+    SF_SERVER_KEY("write_timeout_ms", write_timeout_ms),
+    SF_SERVER_KEY("max_output_buffer", max_output_buffer),
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
     { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(zk_hosts), 0, 0 },
     { "zookeeper", "session_timeout_ms", SF_KEY_INT, SF_FIELD(zk_session_timeout_ms), 1000, 600000 },
@@ -91,21 +96,12 @@ void sf_config_init(sf_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->datacenter_id = 0;
     cfg->worker_id = 0;
-    cfg->server_port = 7609;
-    cfg->thrift_server_threads = 2;
+    sf_server_options_init(&cfg->server);
+    cfg->server.bind_address = g_strdup(cfg->server.bind_address); /* owned, as every string */
+    sf_handler_options_init(&cfg->handler);
     cfg->startup_sleep_ms = 0;
     cfg->worker_id_path = g_strdup("/snowflake-servers");
-    cfg->bind_address = g_strdup("0.0.0.0");
     cfg->epoch_ms = SF_TWITTER_EPOCH_MS;
-    cfg->max_batch_size = 10000;
-    cfg->max_useragent_length = 255;
-    cfg->max_tracked_useragents = 1000;
-    cfg->max_frame_size = 65536;
-    cfg->max_connections = 16384;
-    cfg->idle_timeout_ms = 300000;
-    cfg->frame_timeout_ms = 10000;
-    cfg->write_timeout_ms = 30000;
-    cfg->max_output_buffer = 32 * 1024 * 1024;
     cfg->log_level = g_strdup("info");
     cfg->zk_hosts = g_strdup("");
     cfg->zk_session_timeout_ms = 10000;
@@ -419,6 +415,39 @@ static gboolean sf_config_apply_flags(sf_config *cfg, const sf_flags *f, GError 
     return TRUE;
 }
 
+/* A key's value in cfg as the key file would spell it. */
+static char *sf_config_value_text(const sf_config *cfg, const sf_key *k)
+{
+    const void *field = (const char *)cfg + k->offset;
+    switch (k->type) {
+    case SF_KEY_INT:
+        return g_strdup_printf("%d", *(const int *)field);
+    case SF_KEY_INT64:
+        return g_strdup_printf("%" G_GINT64_FORMAT, *(const int64_t *)field);
+    case SF_KEY_BOOL:
+        return g_strdup(*(const bool *)field ? "true" : "false");
+    case SF_KEY_WORKER_ID:
+        return cfg->worker_id_auto ? g_strdup("auto")
+                                   : g_strdup_printf("%" G_GINT64_FORMAT, cfg->worker_id);
+    case SF_KEY_STRING:
+    case SF_KEY_LEVEL:
+    case SF_KEY_ADDRESS:
+    default:
+        return g_strdup(*(char *const *)field);
+    }
+}
+
+void sf_config_foreach_key(const sf_config *cfg, sf_config_key_fn fn, void *ctx)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(sf_keys); i++) {
+        char *allowed = sf_config_allowed(&sf_keys[i]);
+        char *value = sf_config_value_text(cfg, &sf_keys[i]);
+        fn(sf_keys[i].group, sf_keys[i].name, allowed, value, ctx);
+        g_free(value);
+        g_free(allowed);
+    }
+}
+
 /* The key list for --help: every key, its environment variable and what it allows. */
 static char *sf_config_describe_keys(void)
 {
@@ -555,7 +584,7 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
                     "category (default snowflake)");
         return FALSE;
     }
-    if (cfg->admin_port != 0 && cfg->admin_port == cfg->server_port) {
+    if (cfg->admin_port != 0 && cfg->admin_port == cfg->server.port) {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                     "[admin] http_port = %d is the same as [snowflake] server_port: allowed "
                     "another port, or 0 to turn the admin server off", cfg->admin_port);

@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "handler_options.h"
+#include "server_options.h"
+
 #define SF_CONFIG_ERROR (sf_config_error_quark())
 GQuark sf_config_error_quark(void);
 
@@ -25,27 +28,22 @@ typedef struct sf_config {
     int64_t datacenter_id;            /* 0..31 */
     int64_t worker_id;                /* 0..31; -1 when worker_id = auto */
     bool worker_id_auto;
-    int server_port;                  /* 0..65535, default 7609; 0 = any free port */
-    int thrift_server_threads;        /* 1..256, default 2 */
     bool skip_sanity_checks;
     bool skip_unreachable_peers;      /* default false: an unreachable peer stops start-up */
     int64_t startup_sleep_ms;         /* 0..600000, default 0 */
     char *worker_id_path;             /* default /snowflake-servers */
+    /* The server's and the handler's settings, with their modules' defaults and ranges:
+     * server_port, thrift_server_threads, bind_address (a string this struct owns),
+     * max_frame_size, max_connections, idle_timeout_ms, frame_timeout_ms,
+     * write_timeout_ms, max_output_buffer; max_batch_size, max_useragent_length,
+     * max_tracked_useragents. */
+    sf_server_options server;
+    sf_handler_options handler;
     /* ours */
-    char *bind_address;               /* default 0.0.0.0 */
     bool listen_while_not_serving;    /* default false: the port is open only while serving */
     int64_t epoch_ms;                 /* default 1288834974657 */
     int64_t max_clock_backward_wait_ms; /* 0..60000, default 0 */
     bool random_first_sequence;       /* default false */
-    int max_batch_size;               /* 1..1000000, default 10000 */
-    int max_useragent_length;         /* 1..4096 bytes, default 255 */
-    int max_tracked_useragents;       /* 0..100000, default 1000 */
-    int max_frame_size;               /* 64..16777216 bytes, default 65536 */
-    int max_connections;              /* 1..1000000, default 16384 */
-    int idle_timeout_ms;              /* 0 (never)..86400000, default 300000 */
-    int frame_timeout_ms;             /* 1..3600000, default 10000 */
-    int write_timeout_ms;             /* 1..3600000, default 30000 */
-    int max_output_buffer;            /* 1048576..1073741824 bytes, default 33554432 */
     char *log_level;                  /* error|warning|info|debug, default info */
 
     /* [zookeeper] */
@@ -90,6 +88,12 @@ gboolean sf_config_load_data(sf_config *cfg, const char *data, size_t len, const
 /* Checks the rules that span keys (each key's own range is checked as it is
  * read); the message names the key and its allowed values. */
 gboolean sf_config_validate(const sf_config *cfg, GError **error);
+
+/* Calls fn for every key, in the table's order, with its group and name, what it
+ * allows (as --help says it) and its value in cfg as the key file would spell it. */
+typedef void (*sf_config_key_fn)(const char *group, const char *name, const char *allowed,
+                                 const char *value, void *ctx);
+void sf_config_foreach_key(const sf_config *cfg, sf_config_key_fn fn, void *ctx);
 
 /* Frees the strings cfg owns. */
 void sf_config_clear(sf_config *cfg);

@@ -396,13 +396,6 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
     return ok;
 }
 
-void sf_handler_options_init(sf_handler_options *o)
-{
-    o->max_batch_size = 10000;
-    o->max_useragent_length = 255;
-    o->max_tracked_useragents = 1000;
-}
-
 SfHandler *sf_handler_new(const sf_handler_options *o)
 {
     SfHandler *h = g_object_new(SF_TYPE_HANDLER, NULL);

@@ -5,6 +5,7 @@
 #include <glib-object.h>
 #include <stdint.h>
 
+#include "handler_options.h"
 #include "latency.h"
 #include "snowflake.h"
 #include "sf_thrift_snowflake.h"
@@ -53,17 +54,6 @@ typedef struct sf_handler_stats {
     uint64_t useragents_tracked;   /* agents counted by name */
     uint64_t useragents_untracked; /* distinct agents beyond the cap (estimated) */
 } sf_handler_stats;
-
-/* The handler's limits; start from sf_handler_options_init(). */
-typedef struct sf_handler_options {
-    int max_batch_size;         /* >= 1: get_ids' largest count (default 10000) */
-    int max_useragent_length;   /* >= 1: longer agents are refused (default 255) */
-    int max_tracked_useragents; /* >= 0: agents counted by name; the rest under
-                                 * "other" (default 1000) */
-} sf_handler_options;
-
-/* Fills the defaults. */
-void sf_handler_options_init(sf_handler_options *o);
 
 /* Creates a handler that refuses ids until a worker is published with the gate
  * open, with the limits of o (copied). */

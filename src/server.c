@@ -147,22 +147,6 @@ static void sf_bump(atomic_uint_fast64_t *c, uint64_t n)
                           memory_order_relaxed);
 }
 
-void sf_server_options_init(sf_server_options *opts)
-{
-    opts->bind_address = "0.0.0.0";
-    opts->port = 7609;
-    opts->threads = 2;
-    opts->max_frame_size = 65536;
-    opts->max_connections = 16384;
-    opts->idle_timeout_ms = 300000;
-    opts->frame_timeout_ms = 10000;
-    opts->listen_at_start = true;
-    opts->withhold_replies = NULL;
-    opts->withhold_ctx = NULL;
-    opts->write_timeout_ms = 30000;
-    opts->max_output_buffer = 32 * 1024 * 1024;
-}
-
 /* Replies waiting unsent on c. */
 static size_t sf_conn_pending(const sf_conn *c)
 {
@@ -922,31 +906,6 @@ static int sf_server_bind(sf_server *s, GError **error)
     return fd;
 }
 
-/* Checks the options' ranges; the message names the option and its range. */
-static gboolean sf_server_options_check(const sf_server_options *o, GError **error)
-{
-#define SF_CHECK_RANGE(field, lo, hi)                                                       \
-    if (o->field < (lo) || o->field > (hi)) {                                              \
-        g_set_error(error, SF_SERVER_ERROR, 0, "%s = %d is outside %d..%d", #field,        \
-                    o->field, (lo), (hi));                                                 \
-        return FALSE;                                                                      \
-    }
-    SF_CHECK_RANGE(port, 0, 65535)
-    SF_CHECK_RANGE(threads, 1, 256)
-    SF_CHECK_RANGE(max_frame_size, 64, 16777216)
-    SF_CHECK_RANGE(max_connections, 1, 1000000)
-    SF_CHECK_RANGE(idle_timeout_ms, 0, 86400000)
-    SF_CHECK_RANGE(frame_timeout_ms, 1, 3600000)
-    SF_CHECK_RANGE(write_timeout_ms, 1, 3600000)
-    SF_CHECK_RANGE(max_output_buffer, 1048576, 1073741824)
-#undef SF_CHECK_RANGE
-    if (o->bind_address == NULL) {
-        g_set_error(error, SF_SERVER_ERROR, 0, "bind_address is not set");
-        return FALSE;
-    }
-    return TRUE;
-}
-
 /* Raises the soft open-file limit toward the hard one, so that an operator's default
  * `ulimit -n` of 1024 does not cap a server configured for more, then clamps
  * max_connections to the descriptors left after SF_FD_RESERVE, logging the clamp once:
@@ -988,8 +947,11 @@ static void sf_server_fit_descriptors(sf_server_options *o)
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
                          GError **error)
 {
-    if (!sf_server_options_check(opts, error))
+    char why[160];
+    if (!sf_server_options_check(opts, why, sizeof why)) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "%s", why);
         return NULL;
+    }
     sf_server *s = g_new0(sf_server, 1);
     s->opts = *opts;
     sf_server_fit_descriptors(&s->opts);

@@ -7,28 +7,9 @@
 #include <stdint.h>
 #include <thrift/c_glib/processor/thrift_processor.h>
 
-typedef struct sf_server sf_server;
+#include "server_options.h"
 
-/* Settings; start from sf_server_options_init(). */
-typedef struct sf_server_options {
-    const char *bind_address;  /* numeric IPv4 or IPv6 address, e.g. "127.0.0.1" */
-    int port;                  /* 0 = any free port (see sf_server_port) */
-    int threads;               /* 1..256 event-loop threads */
-    int max_frame_size;        /* largest frame payload accepted, bytes */
-    int max_connections;       /* connections open at once; more are refused */
-    int idle_timeout_ms;       /* close a silent connection after this; 0 = never */
-    int frame_timeout_ms;      /* close a connection whose started frame stalls this long */
-    bool listen_at_start;      /* listen from sf_server_start (default); false = bound only,
-                                * connections refused until sf_server_set_listening */
-    /* When set, asked on the serving thread after each batch of requests is answered:
-     * TRUE = the replies must not be sent; the connection is closed unanswered instead
-     * (a transport error, which pooled clients retry elsewhere). NULL = always send. */
-    bool (*withhold_replies)(void *ctx);
-    void *withhold_ctx;
-    int write_timeout_ms;      /* close a connection whose replies wait unsent this long */
-    int max_output_buffer;     /* unsent replies over all connections, bytes; past it the
-                                * connections holding the most are closed */
-} sf_server_options;
+typedef struct sf_server sf_server;
 
 /* The server's counters, each named once: X(name, help). Each is a field of
  * sf_server_stats, a per-thread atomic inside the server, and a counter of the admin
@@ -56,11 +37,6 @@ typedef struct sf_server_stats {
     bool listening;
     uint64_t output_buffered;      /* bytes of replies waiting unsent now */
 } sf_server_stats;
-
-/* Fills the defaults: 0.0.0.0:7609, 2 threads, 64 KiB frames, 16384
- * connections, 300 s idle, 10 s per frame, 30 s for replies to leave, 32 MiB of
- * unsent replies in all, listening from the start, replies always sent. */
-void sf_server_options_init(sf_server_options *opts);
 
 /* Binds, and listens when listen_at_start (nothing is served yet). processor is referenced and
  * shared by the threads. Returns NULL with *error set, naming the address and

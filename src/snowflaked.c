@@ -215,12 +215,7 @@ static gboolean sf_daemon_start_audit(sf_daemon *d)
  * worker id is held. */
 static gboolean sf_daemon_new_handler(sf_daemon *d)
 {
-    sf_handler_options ho;
-    sf_handler_options_init(&ho);
-    ho.max_batch_size = d->cfg.max_batch_size;
-    ho.max_useragent_length = d->cfg.max_useragent_length;
-    ho.max_tracked_useragents = d->cfg.max_tracked_useragents;
-    d->handler = sf_handler_new(&ho);
+    d->handler = sf_handler_new(&d->cfg.handler);
     sf_handler_close(d->handler, "starting: no worker id registered yet");
     return TRUE;
 }
@@ -248,21 +243,11 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     GError *err = NULL;
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", d->handler, NULL);
-    sf_server_options so;
-    sf_server_options_init(&so);
-    so.bind_address = d->cfg.bind_address;
-    so.port = d->cfg.server_port;
-    so.threads = d->cfg.thrift_server_threads;
-    so.max_frame_size = d->cfg.max_frame_size;
-    so.max_connections = d->cfg.max_connections;
-    so.idle_timeout_ms = d->cfg.idle_timeout_ms;
-    so.frame_timeout_ms = d->cfg.frame_timeout_ms;
+    sf_server_options so = d->cfg.server; /* the settings, and how the port follows the gate */
     if (sf_daemon_port_follows_gate(d)) {
         so.listen_at_start = false;
         so.withhold_replies = sf_daemon_withhold_replies;
     }
-    so.write_timeout_ms = d->cfg.write_timeout_ms;
-    so.max_output_buffer = d->cfg.max_output_buffer;
     d->server = sf_server_new(&so, proc, &err);
     g_object_unref(proc);
     if (d->server == NULL || !sf_server_start(d->server, &err)) {
@@ -272,10 +257,10 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     }
     if (sf_daemon_port_follows_gate(d))
         g_message("bound %s:%d; listening on %s:%d only while serving ids "
-                  "(listen_while_not_serving = false)", d->cfg.bind_address,
-                  sf_server_port(d->server), d->cfg.bind_address, sf_server_port(d->server));
+                  "(listen_while_not_serving = false)", so.bind_address,
+                  sf_server_port(d->server), so.bind_address, sf_server_port(d->server));
     else
-        g_message("listening on %s:%d", d->cfg.bind_address, sf_server_port(d->server));
+        g_message("listening on %s:%d", so.bind_address, sf_server_port(d->server));
     if (d->cfg.zk_hosts[0] == '\0') { /* standalone: serving from now on */
         sf_notify_status("serving as worker id %" G_GINT64_FORMAT, d->cfg.worker_id);
         sf_notify_ready();
@@ -413,7 +398,7 @@ static void sf_daemon_on_lease(void *ctx, int64_t valid_until_boot_ms)
  * when bound to every interface. */
 static char *sf_daemon_host_port(sf_daemon *d)
 {
-    const char *addr = d->cfg.bind_address;
+    const char *addr = d->cfg.server.bind_address;
     gboolean any = strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0 || addr[0] == '\0';
     return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
 }

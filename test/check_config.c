@@ -56,16 +56,16 @@ START_TEST(test_defaults)
     sf_config cfg;
     GError *error = NULL;
     ck_assert(load(&cfg, &error, NULL));
-    ck_assert_int_eq(cfg.server_port, 7609);
+    ck_assert_int_eq(cfg.server.port, 7609);
     ck_assert_int_eq(cfg.datacenter_id, 0);
     ck_assert_int_eq(cfg.worker_id, 0);
     ck_assert_int_eq(cfg.epoch_ms, 1288834974657LL);
-    ck_assert_int_eq(cfg.max_batch_size, 10000);
-    ck_assert_int_eq(cfg.max_frame_size, 65536);
-    ck_assert_int_eq(cfg.max_useragent_length, 255);
-    ck_assert_int_eq(cfg.max_tracked_useragents, 1000);
-    ck_assert_int_eq(cfg.write_timeout_ms, 30000);
-    ck_assert_int_eq(cfg.max_output_buffer, 33554432);
+    ck_assert_int_eq(cfg.handler.max_batch_size, 10000);
+    ck_assert_int_eq(cfg.server.max_frame_size, 65536);
+    ck_assert_int_eq(cfg.handler.max_useragent_length, 255);
+    ck_assert_int_eq(cfg.handler.max_tracked_useragents, 1000);
+    ck_assert_int_eq(cfg.server.write_timeout_ms, 30000);
+    ck_assert_int_eq(cfg.server.max_output_buffer, 33554432);
     ck_assert_int_eq(cfg.admin_port, 9990);
     ck_assert_str_eq(cfg.worker_id_path, "/snowflake-servers");
     ck_assert_str_eq(cfg.zk_hosts, "");
@@ -88,7 +88,7 @@ START_TEST(test_file_then_env_then_flags)
                   error ? error->message : "");
     ck_assert_int_eq(cfg.worker_id, 3);     /* file */
     ck_assert_int_eq(cfg.datacenter_id, 5); /* environment over file */
-    ck_assert_int_eq(cfg.server_port, 7002);/* flag over both */
+    ck_assert_int_eq(cfg.server.port, 7002);/* flag over both */
     ck_assert(cfg.random_first_sequence);
     ck_assert_str_eq(cfg.log_level, "debug");
     ck_assert_str_eq(cfg.zk_hosts, "127.0.0.1:2181");
@@ -289,6 +289,97 @@ START_TEST(test_shipped_conf_loads)
 }
 END_TEST
 
+/* The comment that governs key in the shipped file: its own, or, for a key listed
+ * right under another without one, that of the first key of the run. */
+static char *governing_comment(GKeyFile *kf, const char *group, const char *name)
+{
+    char **keys = g_key_file_get_keys(kf, group, NULL, NULL);
+    char *governing = NULL;
+    for (char **k = keys; keys != NULL && *k != NULL; k++) {
+        char *comment = g_key_file_get_comment(kf, group, *k, NULL);
+        if (comment != NULL && comment[0] != '\0') {
+            g_free(governing);
+            governing = comment;
+        } else {
+            g_free(comment);
+        }
+        if (strcmp(*k, name) == 0)
+            break;
+    }
+    g_strfreev(keys);
+    return governing;
+}
+
+typedef struct {
+    GHashTable *defaults; /* "group.name" -> the built-in default, as text */
+    GKeyFile *kf;         /* the shipped file */
+    GString *problems;
+} shipped_check;
+
+static void collect_default(const char *group, const char *name, const char *allowed,
+                            const char *value, void *ctx)
+{
+    (void)allowed;
+    g_hash_table_insert(ctx, g_strdup_printf("%s.%s", group, name), g_strdup(value));
+}
+
+/* One key of the shipped file: present, set to the built-in default, and its range (as
+ * --help states it, from the table) written in its comment. */
+static void check_shipped_key(const char *group, const char *name, const char *allowed,
+                              const char *value, void *ctx)
+{
+    shipped_check *c = ctx;
+    char *id = g_strdup_printf("%s.%s", group, name);
+    const char *dflt = g_hash_table_lookup(c->defaults, id);
+    if (!g_key_file_has_key(c->kf, group, name, NULL))
+        g_string_append_printf(c->problems, "[%s] %s is missing\n", group, name);
+    else if (dflt == NULL || strcmp(dflt, value) != 0)
+        g_string_append_printf(c->problems, "[%s] %s = %s, the default is %s\n", group, name,
+                               value, dflt != NULL ? dflt : "(none)");
+    const char *integer = "an integer ";
+    if (g_str_has_prefix(allowed, integer)) {
+        char *range = g_strdup(allowed + strlen(integer));
+        char *space = strchr(range, ' ');
+        if (space != NULL)
+            *space = '\0'; /* "0..31 or auto" */
+        char *comment = governing_comment(c->kf, group, name);
+        if (comment == NULL || strstr(comment, range) == NULL)
+            g_string_append_printf(c->problems, "[%s] %s: its comment does not say %s\n", group,
+                                   name, range);
+        g_free(comment);
+        g_free(range);
+    }
+    g_free(id);
+}
+
+START_TEST(test_shipped_conf_states_defaults_and_ranges)
+{
+    char *path = g_build_filename(g_getenv("top_srcdir") ? g_getenv("top_srcdir") : ".", "conf",
+                                  "snowflake.conf", NULL);
+    shipped_check c = {
+        .defaults = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free),
+        .kf = g_key_file_new(),
+        .problems = g_string_new(NULL),
+    };
+    sf_config defaults, shipped;
+    GError *error = NULL;
+    sf_config_init(&defaults);
+    sf_config_foreach_key(&defaults, collect_default, c.defaults);
+    ck_assert_msg(g_key_file_load_from_file(c.kf, path, G_KEY_FILE_KEEP_COMMENTS, &error), "%s",
+                  error != NULL ? error->message : "");
+    ck_assert_msg(load(&shipped, &error, "-c", path, NULL), "%s", error ? error->message : "");
+    sf_config_foreach_key(&shipped, check_shipped_key, &c);
+    ck_assert_msg(c.problems->len == 0, "%s disagrees with the built-in settings:\n%s", path,
+                  c.problems->str);
+    sf_config_clear(&shipped);
+    sf_config_clear(&defaults);
+    g_string_free(c.problems, TRUE);
+    g_key_file_free(c.kf);
+    g_hash_table_destroy(c.defaults);
+    g_free(path);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -305,6 +396,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_worker_id_path_refused_before_start);
     tcase_add_test(tc, test_unknown_flag_and_argument);
     tcase_add_test(tc, test_shipped_conf_loads);
+    tcase_add_test(tc, test_shipped_conf_states_defaults_and_ranges);
     suite_add_tcase(s, tc);
     return s;
 }

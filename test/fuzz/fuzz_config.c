@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (cfg.datacenter_id < 0 || cfg.datacenter_id > SF_MAX_DATACENTER_ID)
             abort();
-        if (cfg.server_port < 0 || cfg.server_port > 65535 || cfg.max_frame_size < 64)
+        if (cfg.server.port < 0 || cfg.server.port > 65535 || cfg.server.max_frame_size < 64)
             abort();
     } else if (error == NULL || error->message == NULL || error->message[0] == '\0') {
         abort(); /* a refusal must say why */

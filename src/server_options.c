@@ -1,0 +1,32 @@
+/* server_options.c -- the server's defaults and the check of its settings, both read off
+ * SF_SERVER_INT_OPTIONS. */
+#include "server_options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void sf_server_options_init(sf_server_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->bind_address = "0.0.0.0";
+#define SF_SERVER_DEFAULT(field, lo, hi, dflt) opts->field = (dflt);
+    SF_SERVER_INT_OPTIONS(SF_SERVER_DEFAULT)
+#undef SF_SERVER_DEFAULT
+    opts->listen_at_start = true;
+}
+
+bool sf_server_options_check(const sf_server_options *o, char *err, size_t errlen)
+{
+#define SF_SERVER_CHECK(field, lo, hi, dflt)                                                 \
+    if (o->field < (lo) || o->field > (hi)) {                                               \
+        snprintf(err, errlen, "%s = %d is outside %d..%d", #field, o->field, (lo), (hi));   \
+        return false;                                                                       \
+    }
+    SF_SERVER_INT_OPTIONS(SF_SERVER_CHECK)
+#undef SF_SERVER_CHECK
+    if (o->bind_address == NULL) {
+        snprintf(err, errlen, "bind_address is not set");
+        return false;
+    }
+    return true;
+}
