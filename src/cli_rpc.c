@@ -6,6 +6,7 @@
 #include "connect.h"
 
 #include "snowflake.h"
+#include "thrift_fix.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -346,6 +347,7 @@ int cli_rpc_main(int argc, char **argv)
         .timeout_ms = CLI_RPC_DEFAULT_TIMEOUT_MS,
         .agent = CLI_RPC_DEFAULT_AGENT,
     };
+    sf_thrift_fix_transport(); /* a reset peer fails the call with the send's error */
     int rc = cli_rpc_parse(argc, argv, &opts);
     if (rc != CLI_RPC_EXIT_OK)
         return rc;

@@ -624,6 +624,7 @@ int main(int argc, char **argv)
     sf_daemon_set_log_level(d.cfg.log_level);
     sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
+    sf_thrift_fix_transport();
     sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
     g_mutex_init(&d.stop_lock);
     g_cond_init(&d.stop_cond);

@@ -1,5 +1,6 @@
-/* thrift_fix.c -- mends leaks of Thrift 0.17's c_glib code at run time: struct
- * finalize not chaining up, and method names lost on malformed requests. */
+/* thrift_fix.c -- mends Thrift 0.17's c_glib code at run time: struct finalize not
+ * chaining up, method names lost on malformed requests, and a framed transport's flush
+ * that hides a failed write. */
 #include "thrift_fix.h"
 
 #include <glib-object.h>
@@ -208,5 +209,31 @@ void sf_thrift_fix_processor(void)
     THRIFT_PROCESSOR_CLASS(dispatch)->process = sf_thrift_fix_process;
     ThriftProcessorClass *generated = g_type_class_ref(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR);
     generated->process = sf_thrift_fix_process;
+    g_once_init_leave(&done, 1);
+}
+
+/* The library's framed flush, which the wrapper below calls. */
+static gboolean (*sf_thrift_fix_framed_flush_saved)(ThriftTransport *transport, GError **error);
+
+/* Runs the library's flush and fails when anything inside it failed, keeping that error. */
+static gboolean sf_thrift_fix_framed_flush(ThriftTransport *transport, GError **error)
+{
+    GError *local = NULL;
+    gboolean ok = sf_thrift_fix_framed_flush_saved(transport, &local);
+    if (local != NULL) {
+        g_propagate_error(error, local);
+        return FALSE;
+    }
+    return ok;
+}
+
+void sf_thrift_fix_transport(void)
+{
+    static gsize done = 0;
+    if (!g_once_init_enter(&done))
+        return;
+    ThriftTransportClass *framed = g_type_class_ref(THRIFT_TYPE_FRAMED_TRANSPORT);
+    sf_thrift_fix_framed_flush_saved = framed->flush;
+    framed->flush = sf_thrift_fix_framed_flush;
     g_once_init_leave(&done, 1);
 }

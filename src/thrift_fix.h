@@ -1,5 +1,6 @@
-/* thrift_fix.h -- mends leaks of Thrift 0.17's c_glib code at run time: struct
- * finalize not chaining up, and method names lost on malformed requests. */
+/* thrift_fix.h -- mends Thrift 0.17's c_glib code at run time: struct finalize not
+ * chaining up, method names lost on malformed requests, and a framed transport's flush
+ * that hides a failed write. */
 #ifndef SF_THRIFT_FIX_H
 #define SF_THRIFT_FIX_H
 
@@ -23,5 +24,13 @@ void sf_thrift_fix_finalize(void);
  * frame leaks a few bytes, so a hostile client could grow the server without
  * bound. Idempotent; servers call it before serving. */
 void sf_thrift_fix_processor(void);
+
+/* Makes ThriftFramedTransport's flush return FALSE, with the write's error, when its
+ * write to the underlying transport failed. The library's flush ignores that failure and
+ * returns TRUE with the error set, so a client whose peer reset the connection goes on
+ * to read and sets a second error over the first (GLib warns on standard error, and the
+ * error reported is the read's). Idempotent and thread-safe; every program that calls
+ * over a framed transport calls it from main, before any transport exists. */
+void sf_thrift_fix_transport(void);
 
 #endif /* SF_THRIFT_FIX_H */

@@ -255,6 +255,7 @@ int main(int argc, char **argv)
     /* The generated types register themselves on first use, which is not
      * thread-safe: register them all before the threads start. */
     sf_thrift_fix_finalize();
+    sf_thrift_fix_transport();
     chaos_totals totals = { 0 };
     chaos_job *jobs = g_new0(chaos_job, conns);
     GThread **threads = g_new0(GThread *, conns);
