@@ -65,18 +65,6 @@ struct sf_audit {
     unsigned failing;         /* failed attempts in a row */
 };
 
-void sf_audit_options_init(sf_audit_options *o)
-{
-    o->sink = SF_AUDIT_NONE;
-    o->scribe_host = "localhost";
-    o->scribe_port = 1463;
-    o->category = "snowflake";
-    o->socket_timeout_ms = 5000;
-    o->batch_size = 100;
-    o->queue_size = 100000;
-    o->file = NULL;
-}
-
 /* A random 64-bit tag per entry, as the original's, drawn when the entry is made so that
  * a batch sent again carries the same tags (downstream can drop repeats by tag):
  * xorshift64* per thread, seeded from the kernel. */
@@ -364,32 +352,17 @@ static gpointer sf_audit_thread(gpointer data)
     return NULL;
 }
 
-/* Checks one option's range; the message names the key and its range. */
-static gboolean sf_audit_check_range(const char *name, int value, int lo, int hi, GError **error)
-{
-    if (value >= lo && value <= hi)
-        return TRUE;
-    g_set_error(error, SF_AUDIT_ERROR, 0, "[audit] %s = %d is outside %d..%d", name, value, lo,
-                hi);
-    return FALSE;
-}
-
 sf_audit *sf_audit_start(const sf_audit_options *o, GError **error)
 {
     if (o->sink == SF_AUDIT_NONE)
         return NULL;
-    if (!sf_audit_check_range("scribe_port", o->scribe_port, 1, 65535, error) ||
-        !sf_audit_check_range("socket_timeout_ms", o->socket_timeout_ms, 1, 600000, error) ||
-        !sf_audit_check_range("batch_size", o->batch_size, 1, 10000, error) ||
-        !sf_audit_check_range("queue_size", o->queue_size, 1, 10000000, error))
+    char why[256];
+    if (!sf_audit_options_check(o, why, sizeof why)) {
+        g_set_error(error, SF_AUDIT_ERROR, 0, "%s", why);
         return NULL;
+    }
     int fd = -1;
     if (o->sink == SF_AUDIT_FILE) {
-        if (o->file == NULL || o->file[0] == '\0') {
-            g_set_error(error, SF_AUDIT_ERROR, 0,
-                        "[audit] sink = file needs [audit] file, the path to append to");
-            return NULL;
-        }
         fd = open(o->file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
         if (fd < 0) {
             g_set_error(error, SF_AUDIT_ERROR, 0, "[audit] file = %s cannot be opened for "

@@ -7,25 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "audit_options.h"
+
 typedef struct sf_audit sf_audit;
-
-typedef enum {
-    SF_AUDIT_NONE,   /* no audit log */
-    SF_AUDIT_SCRIBE, /* scribe's Log(list<LogEntry>), framed transport, binary protocol */
-    SF_AUDIT_FILE,   /* one JSON object per line, appended to a file */
-} sf_audit_sink;
-
-/* Settings; start from sf_audit_options_init(). */
-typedef struct sf_audit_options {
-    sf_audit_sink sink;
-    const char *scribe_host;   /* default "localhost", as the original */
-    int scribe_port;           /* default 1463 */
-    const char *category;      /* scribe category, default "snowflake" */
-    int socket_timeout_ms;     /* connect and each reply, default 5000 */
-    int batch_size;            /* entries per Log call or file write, default 100 */
-    int queue_size;            /* entries waiting at most; more are dropped, default 100000 */
-    const char *file;          /* the JSON-lines file (SF_AUDIT_FILE) */
-} sf_audit_options;
 
 /* Totals since start. */
 typedef struct sf_audit_stats {
@@ -35,9 +19,6 @@ typedef struct sf_audit_stats {
     uint64_t send_failures;  /* failed Log calls or writes; their entries are retried */
     uint64_t queued;         /* entries waiting now */
 } sf_audit_stats;
-
-/* The defaults listed above, sink SF_AUDIT_NONE. */
-void sf_audit_options_init(sf_audit_options *opts);
 
 /* Checks the options and starts the sender thread. A sink that is down is not an error
  * here: entries queue and are sent once it answers. NULL with *error naming the bad value

@@ -40,6 +40,12 @@ typedef struct sf_key {
 #define SF_SERVER_KEY(name, field)                                                         \
     { "snowflake", name, SF_KEY_INT, SF_FIELD(server.field), SF_SERVER_MIN_##field,         \
       SF_SERVER_MAX_##field }
+#define SF_REGISTRY_KEY(name, field)                                                       \
+    { "zookeeper", name, SF_KEY_INT, SF_FIELD(registry.field), SF_REGISTRY_MIN_##field,     \
+      SF_REGISTRY_MAX_##field }
+#define SF_AUDIT_KEY(name, field)                                                          \
+    { "audit", name, SF_KEY_INT, SF_FIELD(audit.field), SF_AUDIT_MIN_##field,               \
+      SF_AUDIT_MAX_##field }
 #define SF_HANDLER_KEY(name, field)                                                        \
     { "snowflake", name, SF_KEY_INT, SF_FIELD(handler.field), SF_HANDLER_MIN_##field,       \
       SF_HANDLER_MAX_##field }
@@ -50,10 +56,12 @@ static const sf_key sf_keys[] = {
     { "snowflake", "worker_id", SF_KEY_WORKER_ID, SF_FIELD(worker_id), 0, SF_MAX_WORKER_ID },
     SF_SERVER_KEY("server_port", port),
     SF_SERVER_KEY("thrift_server_threads", threads),
-    { "snowflake", "skip_sanity_checks", SF_KEY_BOOL, SF_FIELD(skip_sanity_checks), 0, 1 },
-    { "snowflake", "skip_unreachable_peers", SF_KEY_BOOL, SF_FIELD(skip_unreachable_peers), 0, 1 },
+    { "snowflake", "skip_sanity_checks", SF_KEY_BOOL, SF_FIELD(registry.skip_sanity_checks),
+      0, 1 },
+    { "snowflake", "skip_unreachable_peers", SF_KEY_BOOL,
+      SF_FIELD(registry.skip_unreachable_peers), 0, 1 },
     { "snowflake", "startup_sleep_ms", SF_KEY_INT64, SF_FIELD(startup_sleep_ms), 0, 600000 },
-    { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(worker_id_path), 0, 0 },
+    { "snowflake", "worker_id_path", SF_KEY_STRING, SF_FIELD(registry.worker_id_path), 0, 0 },
     { "snowflake", "bind_address", SF_KEY_ADDRESS, SF_FIELD(server.bind_address), 0, 0 },
     { "snowflake", "listen_while_not_serving", SF_KEY_BOOL, SF_FIELD(listen_while_not_serving),
       0, 1 },
@@ -71,22 +79,22 @@ static const sf_key sf_keys[] = {
     SF_SERVER_KEY("write_timeout_ms", write_timeout_ms),
     SF_SERVER_KEY("max_output_buffer", max_output_buffer),
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
-    { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(zk_hosts), 0, 0 },
-    { "zookeeper", "session_timeout_ms", SF_KEY_INT, SF_FIELD(zk_session_timeout_ms), 1000, 600000 },
-    { "zookeeper", "auth", SF_KEY_STRING, SF_FIELD(zk_auth), 0, 0 },
-    { "zookeeper", "claim_retries", SF_KEY_INT, SF_FIELD(zk_claim_retries), 0, 100 },
-    { "zookeeper", "claim_retry_wait_ms", SF_KEY_INT, SF_FIELD(zk_claim_retry_wait_ms), 0, 600000 },
-    { "zookeeper", "state_interval_ms", SF_KEY_INT, SF_FIELD(zk_state_interval_ms), 100, 60000 },
+    { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(registry.hosts), 0, 0 },
+    SF_REGISTRY_KEY("session_timeout_ms", session_timeout_ms),
+    { "zookeeper", "auth", SF_KEY_STRING, SF_FIELD(registry.auth), 0, 0 },
+    SF_REGISTRY_KEY("claim_retries", claim_retries),
+    SF_REGISTRY_KEY("claim_retry_wait_ms", claim_retry_wait_ms),
+    SF_REGISTRY_KEY("state_interval_ms", state_interval_ms),
     { "admin", "http_port", SF_KEY_INT, SF_FIELD(admin_port), 0, 65535 },
     { "admin", "bind_address", SF_KEY_ADDRESS, SF_FIELD(admin_bind_address), 0, 0 },
     { "audit", "sink", SF_KEY_STRING, SF_FIELD(audit_sink), 0, 0 },
-    { "audit", "scribe_host", SF_KEY_STRING, SF_FIELD(audit_scribe_host), 0, 0 },
-    { "audit", "scribe_port", SF_KEY_INT, SF_FIELD(audit_scribe_port), 1, 65535 },
-    { "audit", "category", SF_KEY_STRING, SF_FIELD(audit_category), 0, 0 },
-    { "audit", "socket_timeout_ms", SF_KEY_INT, SF_FIELD(audit_socket_timeout_ms), 1, 600000 },
-    { "audit", "batch_size", SF_KEY_INT, SF_FIELD(audit_batch_size), 1, 10000 },
-    { "audit", "queue_size", SF_KEY_INT, SF_FIELD(audit_queue_size), 1, 10000000 },
-    { "audit", "file", SF_KEY_STRING, SF_FIELD(audit_file), 0, 0 },
+    { "audit", "scribe_host", SF_KEY_STRING, SF_FIELD(audit.scribe_host), 0, 0 },
+    SF_AUDIT_KEY("scribe_port", scribe_port),
+    { "audit", "category", SF_KEY_STRING, SF_FIELD(audit.category), 0, 0 },
+    SF_AUDIT_KEY("socket_timeout_ms", socket_timeout_ms),
+    SF_AUDIT_KEY("batch_size", batch_size),
+    SF_AUDIT_KEY("queue_size", queue_size),
+    { "audit", "file", SF_KEY_STRING, SF_FIELD(audit.file), 0, 0 },
 };
 
 static const char *const sf_log_levels[] = { "error", "warning", "info", "debug", NULL };
@@ -100,25 +108,19 @@ void sf_config_init(sf_config *cfg)
     cfg->server.bind_address = g_strdup(cfg->server.bind_address); /* owned, as every string */
     sf_handler_options_init(&cfg->handler);
     cfg->startup_sleep_ms = 0;
-    cfg->worker_id_path = g_strdup("/snowflake-servers");
     cfg->epoch_ms = SF_TWITTER_EPOCH_MS;
     cfg->log_level = g_strdup("info");
-    cfg->zk_hosts = g_strdup("");
-    cfg->zk_session_timeout_ms = 10000;
-    cfg->zk_auth = g_strdup("");
-    cfg->zk_claim_retries = 2;
-    cfg->zk_claim_retry_wait_ms = 10000;
-    cfg->zk_state_interval_ms = 2000;
+    sf_registry_options_init(&cfg->registry);
+    cfg->registry.hosts = g_strdup(""); /* standalone */
+    cfg->registry.worker_id_path = g_strdup(cfg->registry.worker_id_path);
+    cfg->registry.auth = g_strdup("");
     cfg->admin_port = 9990;
     cfg->admin_bind_address = g_strdup("127.0.0.1");
     cfg->audit_sink = g_strdup("none");
-    cfg->audit_scribe_host = g_strdup("localhost");
-    cfg->audit_scribe_port = 1463;
-    cfg->audit_category = g_strdup("snowflake");
-    cfg->audit_socket_timeout_ms = 5000;
-    cfg->audit_batch_size = 100;
-    cfg->audit_queue_size = 100000;
-    cfg->audit_file = g_strdup("");
+    sf_audit_options_init(&cfg->audit);
+    cfg->audit.scribe_host = g_strdup(cfg->audit.scribe_host);
+    cfg->audit.category = g_strdup(cfg->audit.category);
+    cfg->audit.file = g_strdup("");
 }
 
 void sf_config_clear(sf_config *cfg)
@@ -536,22 +538,22 @@ gboolean sf_config_load(sf_config *cfg, int *argc, char ***argv, gboolean *help_
 
 gboolean sf_config_validate(const sf_config *cfg, GError **error)
 {
-    if (cfg->worker_id_auto && cfg->zk_hosts[0] == '\0') {
+    if (cfg->worker_id_auto && cfg->registry.hosts[0] == '\0') {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                     "[snowflake] worker_id = auto needs ZooKeeper: set [zookeeper] hosts, or "
                     "give a worker id 0..%d", SF_MAX_WORKER_ID);
         return FALSE;
     }
     const char *why = NULL;
-    if (!sf_zkpath_valid(cfg->worker_id_path, &why)) {
+    if (!sf_zkpath_valid(cfg->registry.worker_id_path, &why)) {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                     "[snowflake] worker_id_path = '%s' is not valid (%s): allowed an absolute "
                     "ZooKeeper path of at most %d bytes, not the root, without an empty, . "
                     "or .. component or a trailing slash, e.g. /snowflake-servers",
-                    cfg->worker_id_path, why, SF_ZKPATH_MAX);
+                    cfg->registry.worker_id_path, why, SF_ZKPATH_MAX);
         return FALSE;
     }
-    if (cfg->zk_auth[0] != '\0' && (cfg->zk_auth[0] == ':' || strchr(cfg->zk_auth, ':') == NULL)) {
+    if (!sf_registry_auth_valid(cfg->registry.auth)) {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                     "[zookeeper] auth is not valid: allowed user:password (digest "
                     "authentication), or empty for none");
@@ -564,24 +566,16 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
                     cfg->epoch_ms, (long long)SF_TWITTER_EPOCH_MS);
         return FALSE;
     }
-    if (strcmp(cfg->audit_sink, "none") != 0 && strcmp(cfg->audit_sink, "scribe") != 0 &&
-        strcmp(cfg->audit_sink, "file") != 0) {
+    sf_audit_options audit = cfg->audit;
+    char audit_error[256];
+    if (!sf_audit_sink_from_name(cfg->audit_sink, &audit.sink)) {
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
                     "[audit] sink = '%s' is not valid: allowed none, scribe or file",
                     cfg->audit_sink);
         return FALSE;
     }
-    if (strcmp(cfg->audit_sink, "file") == 0 && cfg->audit_file[0] == '\0') {
-        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
-                    "[audit] sink = file needs [audit] file: the path of the JSON-lines file "
-                    "to append to");
-        return FALSE;
-    }
-    if (strcmp(cfg->audit_sink, "scribe") == 0 &&
-        (cfg->audit_scribe_host[0] == '\0' || cfg->audit_category[0] == '\0')) {
-        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
-                    "[audit] sink = scribe needs a scribe_host (default localhost) and a "
-                    "category (default snowflake)");
+    if (!sf_audit_options_check(&audit, audit_error, sizeof audit_error)) {
+        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE, "%s", audit_error);
         return FALSE;
     }
     if (cfg->admin_port != 0 && cfg->admin_port == cfg->server.port) {

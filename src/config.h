@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "audit_options.h"
 #include "handler_options.h"
+#include "registry_options.h"
 #include "server_options.h"
 
 #define SF_CONFIG_ERROR (sf_config_error_quark())
@@ -28,10 +30,7 @@ typedef struct sf_config {
     int64_t datacenter_id;            /* 0..31 */
     int64_t worker_id;                /* 0..31; -1 when worker_id = auto */
     bool worker_id_auto;
-    bool skip_sanity_checks;
-    bool skip_unreachable_peers;      /* default false: an unreachable peer stops start-up */
     int64_t startup_sleep_ms;         /* 0..600000, default 0 */
-    char *worker_id_path;             /* default /snowflake-servers */
     /* The server's and the handler's settings, with their modules' defaults and ranges:
      * server_port, thrift_server_threads, bind_address (a string this struct owns),
      * max_frame_size, max_connections, idle_timeout_ms, frame_timeout_ms,
@@ -39,6 +38,11 @@ typedef struct sf_config {
      * max_tracked_useragents. */
     sf_server_options server;
     sf_handler_options handler;
+    /* The registry's settings, with its defaults and ranges: [zookeeper] hosts ("" =
+     * standalone), session_timeout_ms, auth ("user:password", "" = none), claim_retries,
+     * claim_retry_wait_ms, state_interval_ms; [snowflake] worker_id_path,
+     * skip_sanity_checks, skip_unreachable_peers. Its strings are owned here. */
+    sf_registry_options registry;
     /* ours */
     bool listen_while_not_serving;    /* default false: the port is open only while serving */
     int64_t epoch_ms;                 /* default 1288834974657 */
@@ -46,27 +50,16 @@ typedef struct sf_config {
     bool random_first_sequence;       /* default false */
     char *log_level;                  /* error|warning|info|debug, default info */
 
-    /* [zookeeper] */
-    char *zk_hosts;                   /* "" = standalone */
-    int zk_session_timeout_ms;        /* 1000..600000, default 10000 */
-    char *zk_auth;                    /* "user:password" for digest auth + ACLs; "" = none */
-    int zk_claim_retries;             /* 0..100, default 2: tries more for a taken static id */
-    int zk_claim_retry_wait_ms;       /* 0..600000, default 10000 */
-    int zk_state_interval_ms;         /* 100..60000, default 2000: last timestamp recorded */
-
     /* [admin] */
     int admin_port;                   /* 0..65535, default 9990; 0 = disabled */
     char *admin_bind_address;         /* default 127.0.0.1 */
 
     /* [audit] */
-    char *audit_sink;                 /* none|scribe|file, default none */
-    char *audit_scribe_host;          /* default localhost */
-    int audit_scribe_port;            /* 1..65535, default 1463 */
-    char *audit_category;             /* default snowflake */
-    int audit_socket_timeout_ms;      /* 1..600000, default 5000 */
-    int audit_batch_size;             /* 1..10000, default 100 */
-    int audit_queue_size;             /* 1..10000000, default 100000 */
-    char *audit_file;                 /* the JSON-lines file for sink = file */
+    char *audit_sink;                 /* none|scribe|file, default none; audit.sink follows it */
+    /* The audit log's other settings, with its defaults and ranges: scribe_host,
+     * scribe_port, category, socket_timeout_ms, batch_size, queue_size, file. Its strings
+     * are owned here. */
+    sf_audit_options audit;
 } sf_config;
 
 /* Sets every field to its default. */

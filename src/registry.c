@@ -26,7 +26,6 @@
 #include "clocks.h"
 #include "registry_peers.h"
 #include "snowflake.h"
-#include "zkpath.h"
 
 #define SF_REG_PATH_MAX 1024
 #define SF_REG_DATA_MAX 512
@@ -1071,18 +1070,6 @@ void sf_registry_set_client_logging(bool verbose)
     zoo_set_debug_level(verbose ? ZOO_LOG_LEVEL_WARN : (ZooLogLevel)0);
 }
 
-void sf_registry_options_init(sf_registry_options *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->session_timeout_ms = 10000;
-    opts->worker_id_path = "/snowflake-servers";
-    opts->worker_id = -1;
-    opts->claim_retries = 2;
-    opts->claim_retry_wait_ms = -1;
-    opts->max_clock_skew_ms = 10000;
-    opts->state_interval_ms = 2000;
-}
-
 /* Duplicates a string, or makes "<path><suffix>" when s is NULL. */
 static char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
 {
@@ -1097,28 +1084,9 @@ static char *sf_reg_dup_or_derive(const char *s, const char *path, const char *s
 
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen)
 {
-    if (!opts->hosts || !*opts->hosts) {
-        sf_reg_set_err(err, errlen, "zookeeper.hosts is empty: name at least one host:port");
-        return NULL;
-    }
-    const char *const paths[] = {opts->worker_id_path, opts->lock_path, opts->state_path};
-    const char *const names[] = {"worker_id_path", "lock_path", "state_path"};
-    for (int i = 0; i < 3; i++) {
-        const char *why = NULL;
-        if ((i == 0 || paths[i] != NULL) && !sf_zkpath_valid(paths[i], &why)) {
-            sf_reg_set_err(err, errlen, "%s '%s' is not a valid ZooKeeper path (%s): allowed "
-                           "an absolute path of at most %d bytes like /snowflake-servers",
-                           names[i], paths[i] ? paths[i] : "", why, SF_ZKPATH_MAX);
-            return NULL;
-        }
-    }
-    if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID) {
-        sf_reg_set_err(err, errlen, "worker_id %" PRId64 " is out of range (0..31, or auto)",
-                       opts->worker_id);
-        return NULL;
-    }
-    if (opts->auth && *opts->auth && !strchr(opts->auth, ':')) {
-        sf_reg_set_err(err, errlen, "zookeeper.auth must be user:password");
+    char why[SF_REGISTRY_ERR_MAX];
+    if (!sf_registry_options_check(opts, why, sizeof why)) {
+        sf_reg_set_err(err, errlen, "%s", why);
         return NULL;
     }
     sf_registry *r = calloc(1, sizeof *r);
@@ -1127,10 +1095,6 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
         return NULL;
     }
     r->o = *opts;
-    if (r->o.claim_retry_wait_ms < 0)
-        r->o.claim_retry_wait_ms = r->o.session_timeout_ms;
-    if (r->o.state_interval_ms <= 0)
-        r->o.state_interval_ms = 2000;
     r->hosts = strdup(opts->hosts);
     r->worker_id_path = strdup(opts->worker_id_path);
     r->lock_path = sf_reg_dup_or_derive(opts->lock_path, opts->worker_id_path, "-locks");

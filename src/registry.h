@@ -18,17 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "registry_options.h"
+
 #define SF_REGISTRY_MAX_WORKERS 32
 #define SF_REGISTRY_ERR_MAX 2048
-
-/* Asks the node at host_port for its ids and clock. Returns 0; SF_REGISTRY_PEER_REFUSED
- * with err filled when nothing listens there (a node not serving closes its port: it is
- * starting, fenced or gone); or -1 with err filled (unreachable, or no answer within its
- * timeout). */
-#define SF_REGISTRY_PEER_REFUSED 1
-typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *worker_id,
-                                   int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
-                                   size_t errlen);
 
 /* The fractions of the negotiated session timeout everything is timed by, defined here once.
  * A session is alive for at least the timeout after a round trip the leader confirmed was
@@ -53,59 +46,6 @@ static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
     return session_timeout_ms / 3;
 }
 
-/* Told of every transition: serving = ids may be handed out as worker_id, none at or before
- * floor_ms (-1 = none), until CLOCK_BOOTTIME reaches valid_until_boot_ms (the lease that came
- * with the claim); !serving = stop at once, reason says why (worker_id is the id last held or
- * -1). While not serving it is told again whenever the reason changes, so the reason is always
- * the current one; a registry stopped while serving says so (not serving) before it records
- * the last timestamp. Called from the registry's own thread (the first call from
- * sf_registry_watch); must not call back into the registry. */
-typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                                     int64_t valid_until_boot_ms, const char *reason);
-
-/* Told of every renewal while serving: ids valid until CLOCK_BOOTTIME reaches
- * valid_until_boot_ms, and no longer unless a later renewal arrives. A renewal is a write the
- * leader confirmed (see sf_registry_watch), so a follower cut off from the leader cannot extend
- * it; the lease also covers a process frozen past its session timeout (a stopped process),
- * which the registry's thread cannot fence because it is frozen too. Called from the
- * registry's own thread; must not call back into the registry. */
-typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_boot_ms);
-
-/* Returns the timestamp (Unix ms) of the last id handed out, or -1 before the first. */
-typedef int64_t (*sf_registry_last_ts_fn)(void *ctx);
-
-/* Messages for the operator: level is "error", "warning" or "info". */
-typedef void (*sf_registry_log_fn)(void *ctx, const char *level, const char *message);
-
-typedef struct sf_registry_options {
-    const char *hosts;              /* "host:port,host:port" */
-    int session_timeout_ms;         /* asked of ZooKeeper; it may negotiate another */
-    const char *worker_id_path;     /* default /snowflake-servers */
-    const char *lock_path;          /* NULL = worker_id_path + "-locks" */
-    const char *state_path;         /* NULL = worker_id_path + "-state" */
-    int64_t worker_id;              /* 0..31, or -1 for an automatic id */
-    int64_t datacenter_id;          /* 0..31, compared with every peer's */
-    const char *host_port;          /* our node's data, "hostname:port" */
-    int claim_retries;              /* a taken static id is tried this many more times (2) */
-    int claim_retry_wait_ms;        /* between those tries (default: the session timeout) */
-    bool skip_sanity_checks;        /* do not query peers at all */
-    bool skip_unreachable_peers;    /* an unreachable peer is logged, not fatal */
-    int64_t max_clock_skew_ms;      /* the peers' mean clock vs ours (default 10000) */
-    int64_t max_clock_backward_wait_ms; /* wait at most this for the recorded timestamp */
-    int state_interval_ms;          /* the last timestamp is recorded at least this often (2000);
-                                     * it rides on every lease renewal */
-    const char *auth;               /* "user:password" for digest auth + ACLs, or NULL */
-    sf_registry_peer_fn query_peer;
-    void *peer_ctx;
-    sf_registry_state_fn on_state;
-    void *state_ctx;
-    sf_registry_lease_fn on_lease;  /* optional */
-    void *lease_ctx;
-    sf_registry_last_ts_fn last_timestamp; /* optional */
-    void *last_ts_ctx;
-    sf_registry_log_fn log;         /* optional; NULL = standard error */
-    void *log_ctx;
-} sf_registry_options;
 
 typedef struct sf_registry sf_registry;
 
@@ -113,8 +53,6 @@ typedef struct sf_registry sf_registry;
  * (it would log every refused reconnect while ZooKeeper is down). Call before any other. */
 void sf_registry_set_client_logging(bool verbose);
 
-/* Fills the defaults listed above; hosts, host_port and the callbacks stay NULL. */
-void sf_registry_options_init(sf_registry_options *opts);
 
 /* Copies the options and starts connecting to ZooKeeper; does not wait for the session (so
  * that sf_registry_cancel can reach a start-up that waits for ZooKeeper: sf_registry_claim

@@ -183,18 +183,9 @@ static void sf_daemon_audit(void *ctx, const int64_t *ids, size_t n, const char 
 /* Starts the audit log when [audit] sink is set, and hooks it to the handler. */
 static gboolean sf_daemon_start_audit(sf_daemon *d)
 {
-    sf_audit_options ao;
-    sf_audit_options_init(&ao);
-    if (strcmp(d->cfg.audit_sink, "none") == 0)
-        return TRUE;
-    ao.sink = strcmp(d->cfg.audit_sink, "scribe") == 0 ? SF_AUDIT_SCRIBE : SF_AUDIT_FILE;
-    ao.scribe_host = d->cfg.audit_scribe_host;
-    ao.scribe_port = d->cfg.audit_scribe_port;
-    ao.category = d->cfg.audit_category;
-    ao.socket_timeout_ms = d->cfg.audit_socket_timeout_ms;
-    ao.batch_size = d->cfg.audit_batch_size;
-    ao.queue_size = d->cfg.audit_queue_size;
-    ao.file = d->cfg.audit_file;
+    sf_audit_options ao = d->cfg.audit;
+    if (!sf_audit_sink_from_name(d->cfg.audit_sink, &ao.sink) || ao.sink == SF_AUDIT_NONE)
+        return TRUE; /* the settings check refused any other name */
     GError *err = NULL;
     d->audit = sf_audit_start(&ao, &err);
     if (d->audit == NULL) {
@@ -233,7 +224,7 @@ static bool sf_daemon_withhold_replies(void *ctx)
 /* TRUE when the Thrift port follows the gate: registered, and not told to stay open. */
 static gboolean sf_daemon_port_follows_gate(const sf_daemon *d)
 {
-    return d->cfg.zk_hosts[0] != '\0' && !d->cfg.listen_while_not_serving;
+    return d->cfg.registry.hosts[0] != '\0' && !d->cfg.listen_while_not_serving;
 }
 
 /* Binds the Thrift port and starts answering (or, when the port follows the gate, only
@@ -261,7 +252,7 @@ static gboolean sf_daemon_listen(sf_daemon *d)
                   sf_server_port(d->server), so.bind_address, sf_server_port(d->server));
     else
         g_message("listening on %s:%d", so.bind_address, sf_server_port(d->server));
-    if (d->cfg.zk_hosts[0] == '\0') { /* standalone: serving from now on */
+    if (d->cfg.registry.hosts[0] == '\0') { /* standalone: serving from now on */
         sf_notify_status("serving as worker id %" G_GINT64_FORMAT, d->cfg.worker_id);
         sf_notify_ready();
     }
@@ -410,21 +401,11 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
 {
     char err[SF_REGISTRY_ERR_MAX];
     char *host_port = sf_daemon_host_port(d);
-    sf_registry_options ro;
-    sf_registry_options_init(&ro);
-    ro.hosts = d->cfg.zk_hosts;
-    ro.session_timeout_ms = d->cfg.zk_session_timeout_ms;
-    ro.worker_id_path = d->cfg.worker_id_path;
+    sf_registry_options ro = d->cfg.registry; /* the settings; the rest is this node's */
     ro.worker_id = d->cfg.worker_id_auto ? -1 : d->cfg.worker_id;
     ro.datacenter_id = d->cfg.datacenter_id;
     ro.host_port = host_port;
-    ro.claim_retries = d->cfg.zk_claim_retries;
-    ro.claim_retry_wait_ms = d->cfg.zk_claim_retry_wait_ms;
-    ro.skip_sanity_checks = d->cfg.skip_sanity_checks;
-    ro.skip_unreachable_peers = d->cfg.skip_unreachable_peers;
     ro.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
-    ro.state_interval_ms = d->cfg.zk_state_interval_ms;
-    ro.auth = d->cfg.zk_auth[0] != '\0' ? d->cfg.zk_auth : NULL;
     d->peer_timeout_ms = SF_PEER_TIMEOUT_MS;
     ro.query_peer = sf_peer_query;
     ro.peer_ctx = &d->peer_timeout_ms;
@@ -435,8 +416,8 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     ro.last_timestamp = sf_daemon_last_timestamp;
     ro.last_ts_ctx = d;
     ro.log = sf_daemon_registry_log;
-    g_message("registering as %s under %s in ZooKeeper %s", host_port, d->cfg.worker_id_path,
-              d->cfg.zk_hosts);
+    g_message("registering as %s under %s in ZooKeeper %s", host_port, ro.worker_id_path,
+              ro.hosts);
     sf_registry *r = sf_registry_new(&ro, err, sizeof err);
     g_free(host_port);
     if (r == NULL) {
@@ -593,7 +574,7 @@ static void sf_daemon_shutdown(sf_daemon *d)
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
     sf_admin_stop(d->admin); /* first: its requests read the audit log's counters */
     d->admin = NULL;
-    sf_audit_stop(d->audit, d->cfg.audit_socket_timeout_ms);
+    sf_audit_stop(d->audit, d->cfg.audit.socket_timeout_ms);
     d->audit = NULL;
     sf_server_free(d->server);
     if (d->handler != NULL)
@@ -630,7 +611,7 @@ int main(int argc, char **argv)
     g_cond_init(&d.stop_cond);
     int status = 1;
     /* With ZooKeeper: listen first, so peers starting now can check us, then register. */
-    gboolean registered = d.cfg.zk_hosts[0] != '\0';
+    gboolean registered = d.cfg.registry.hosts[0] != '\0';
     if (sf_daemon_block_signals(&d) && sf_daemon_new_handler(&d) && sf_daemon_start_audit(&d) &&
         (registered || sf_daemon_use_static_id(&d)) && sf_daemon_listen(&d)) {
         if (!registered || sf_daemon_start_up_registered(&d)) {

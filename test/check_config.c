@@ -67,8 +67,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg.server.write_timeout_ms, 30000);
     ck_assert_int_eq(cfg.server.max_output_buffer, 33554432);
     ck_assert_int_eq(cfg.admin_port, 9990);
-    ck_assert_str_eq(cfg.worker_id_path, "/snowflake-servers");
-    ck_assert_str_eq(cfg.zk_hosts, "");
+    ck_assert_str_eq(cfg.registry.worker_id_path, "/snowflake-servers");
+    ck_assert_str_eq(cfg.registry.hosts, "");
     ck_assert(!cfg.random_first_sequence);
     ck_assert_int_eq(cfg.max_clock_backward_wait_ms, 0);
     sf_config_clear(&cfg);
@@ -91,7 +91,7 @@ START_TEST(test_file_then_env_then_flags)
     ck_assert_int_eq(cfg.server.port, 7002);/* flag over both */
     ck_assert(cfg.random_first_sequence);
     ck_assert_str_eq(cfg.log_level, "debug");
-    ck_assert_str_eq(cfg.zk_hosts, "127.0.0.1:2181");
+    ck_assert_str_eq(cfg.registry.hosts, "127.0.0.1:2181");
     ck_assert_int_eq(cfg.admin_port, 0);
     sf_config_clear(&cfg);
     unsetenv("SNOWFLAKE_DATACENTER_ID");
@@ -255,7 +255,7 @@ START_TEST(test_worker_id_path_refused_before_start)
         snprintf(setting, sizeof setting, "snowflake.worker_id_path=%s", good[i]);
         ck_assert_msg(load(&cfg, &error, "--set", setting, NULL), "%s: %s", good[i],
                       error != NULL ? error->message : "");
-        ck_assert_str_eq(cfg.worker_id_path, good[i]);
+        ck_assert_str_eq(cfg.registry.worker_id_path, good[i]);
         sf_config_clear(&cfg);
     }
 }
@@ -283,7 +283,7 @@ START_TEST(test_shipped_conf_loads)
     sf_config cfg;
     GError *error = NULL;
     ck_assert_msg(load(&cfg, &error, "-c", path, NULL), "%s", error ? error->message : "");
-    ck_assert_str_eq(cfg.zk_hosts, ""); /* standalone by default */
+    ck_assert_str_eq(cfg.registry.hosts, ""); /* standalone by default */
     sf_config_clear(&cfg);
     g_free(path);
 }
