@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "bindaddr.h"
 #include "ratelog.h"
 
 typedef struct sf_admin_item {
@@ -424,17 +425,10 @@ static void sf_admin_log(void *cls, const char *fmt, va_list ap)
 sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn collect,
                          void *ctx, GError **error)
 {
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    int rc = getaddrinfo(bind_address, service, &hints, &res);
-    if (rc != 0) {
-        g_set_error(error, SF_ADMIN_ERROR, 0,
-                    "admin bind address \"%s\" is not a numeric IPv4 or IPv6 address: %s",
-                    bind_address, gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    char why[256];
+    if (sf_bindaddr_resolve(bind_address, port, &res, why, sizeof why) != 0) {
+        g_set_error(error, SF_ADMIN_ERROR, 0, "admin bind address %s", why);
         return NULL;
     }
     sf_admin *a = g_new0(sf_admin, 1);

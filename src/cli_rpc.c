@@ -2,8 +2,7 @@
  * through the generated Thrift client (framed transport, binary protocol). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
-#include "bounded_protocol.h"
-#include "connect.h"
+#include "client.h"
 
 #include "snowflake.h"
 #include "thrift_fix.h"
@@ -16,9 +15,6 @@
 #include <string.h>
 
 #include <glib-object.h>
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-#include <thrift/c_glib/transport/thrift_framed_transport.h>
-#include <thrift/c_glib/transport/thrift_socket.h>
 
 #include "sf_thrift_snowflake.h"
 
@@ -32,13 +28,8 @@ typedef struct cli_rpc_options {
     int count; /* ids N */
 } cli_rpc_options;
 
-/* One open connection to the server; cli_rpc_close releases every part. */
-typedef struct cli_rpc_conn {
-    ThriftSocket *socket;
-    ThriftTransport *transport;
-    ThriftProtocol *protocol;
-    SfThriftSnowflakeIf *client;
-} cli_rpc_conn;
+/* One open connection to the server. */
+typedef sf_client cli_rpc_conn;
 
 void cli_rpc_usage(FILE *out)
 {
@@ -178,39 +169,16 @@ static int cli_rpc_parse(int argc, char **argv, cli_rpc_options *opts)
     return CLI_RPC_EXIT_OK;
 }
 
-/* Releases whatever part of the connection exists. */
-static void cli_rpc_close(cli_rpc_conn *conn)
-{
-    if (conn->transport != NULL && thrift_transport_is_open(conn->transport))
-        thrift_transport_close(conn->transport, NULL);
-    if (conn->client != NULL)
-        g_object_unref(conn->client);
-    if (conn->protocol != NULL)
-        g_object_unref(conn->protocol);
-    if (conn->transport != NULL)
-        g_object_unref(conn->transport);
-    if (conn->socket != NULL)
-        g_object_unref(conn->socket);
-    memset(conn, 0, sizeof *conn);
-}
-
 /* Connects within the timeout and bounds every later read and write by it, so
  * a host that never answers or a server that never replies cannot hang the tool. False after printing
  * "cannot connect to HOST:PORT: reason". */
 static bool cli_rpc_open(cli_rpc_conn *conn, const cli_rpc_options *opts)
 {
     char why[256];
-    memset(conn, 0, sizeof *conn);
-    conn->socket = sf_connect_thrift_socket(opts->host, opts->port, opts->timeout_ms, why,
-                                            sizeof why);
-    if (conn->socket == NULL) {
+    if (!sf_client_open(conn, opts->host, opts->port, opts->timeout_ms, why, sizeof why)) {
         fprintf(stderr, "snowflake: cannot connect to %s:%d: %s\n", opts->host, opts->port, why);
         return false;
     }
-    conn->transport = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", conn->socket, NULL);
-    conn->protocol = sf_bounded_protocol_new(conn->transport);
-    conn->client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", conn->protocol,
-                                "output_protocol", conn->protocol, NULL);
     return true;
 }
 
@@ -251,7 +219,7 @@ static int cli_rpc_id(cli_rpc_conn *conn, const cli_rpc_options *opts)
     GError *error = NULL;
     gint64 id = 0;
     int64_t started = sf_clock_now_ms();
-    if (sf_thrift_snowflake_if_get_id(conn->client, &id, opts->agent, &clock_error, &agent_error,
+    if (sf_thrift_snowflake_if_get_id(conn->api, &id, opts->agent, &clock_error, &agent_error,
                                       &unavailable, &error)) {
         printf("%" PRId64 "\n", (int64_t)id);
         return CLI_RPC_EXIT_OK;
@@ -279,7 +247,7 @@ static int cli_rpc_ids(cli_rpc_conn *conn, const cli_rpc_options *opts)
     GError *error = NULL;
     GArray *ids = g_array_new(FALSE, FALSE, sizeof(gint64));
     int64_t started = sf_clock_now_ms();
-    if (sf_thrift_snowflake_if_get_ids(conn->client, &ids, opts->agent, opts->count, &clock_error,
+    if (sf_thrift_snowflake_if_get_ids(conn->api, &ids, opts->agent, opts->count, &clock_error,
                                        &agent_error, &request_error, &unavailable, &error)) {
         int rc = CLI_RPC_EXIT_OK;
         if (ids->len != (guint)opts->count) {
@@ -315,12 +283,12 @@ static int cli_rpc_info(cli_rpc_conn *conn, const cli_rpc_options *opts)
     GError *error = NULL;
     gint64 worker_id = 0, datacenter_id = 0, server_ms = 0;
     int64_t started = sf_clock_now_ms();
-    if (!sf_thrift_snowflake_if_get_worker_id(conn->client, &worker_id, &error))
+    if (!sf_thrift_snowflake_if_get_worker_id(conn->api, &worker_id, &error))
         goto failed;
-    if (!sf_thrift_snowflake_if_get_datacenter_id(conn->client, &datacenter_id, &error))
+    if (!sf_thrift_snowflake_if_get_datacenter_id(conn->api, &datacenter_id, &error))
         goto failed;
     int64_t before = sf_clock_now_ms();
-    if (!sf_thrift_snowflake_if_get_timestamp(conn->client, &server_ms, &error))
+    if (!sf_thrift_snowflake_if_get_timestamp(conn->api, &server_ms, &error))
         goto failed;
     int64_t after = sf_clock_now_ms();
     char when[SF_ISO8601_MAX];
@@ -362,7 +330,7 @@ int cli_rpc_main(int argc, char **argv)
         rc = cli_rpc_ids(&conn, &opts);
     else
         rc = cli_rpc_info(&conn, &opts);
-    cli_rpc_close(&conn);
+    sf_client_close(&conn);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "snowflake: cannot write the result: %s\n", strerror(errno));
         return CLI_RPC_EXIT_UNREACHABLE;

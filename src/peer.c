@@ -7,12 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-#include <thrift/c_glib/transport/thrift_framed_transport.h>
-#include <thrift/c_glib/transport/thrift_socket.h>
 
-#include "bounded_protocol.h"
-#include "connect.h"
+#include "client.h"
 #include "registry.h"
 #include "sf_thrift_snowflake.h"
 
@@ -44,18 +40,14 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
         return -1;
     }
     char cerr[256];
-    ThriftSocket *sock = sf_connect_thrift_socket(host, port, timeout_ms, cerr, sizeof cerr);
-    if (sock == NULL) {
+    sf_client c;
+    if (!sf_client_open(&c, host, port, timeout_ms, cerr, sizeof cerr)) {
         int refused = errno == ECONNREFUSED;
         snprintf(err, errlen, "cannot connect to %s: %s", host_port, cerr);
         g_free(host);
         return refused ? SF_REGISTRY_PEER_REFUSED : -1;
     }
-    ThriftTransport *framed = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", sock, NULL);
-    ThriftProtocol *proto = sf_bounded_protocol_new(framed);
-    SfThriftSnowflakeIf *client =
-        g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", proto, "output_protocol",
-                     proto, NULL);
+    SfThriftSnowflakeIf *client = c.api;
     GError *error = NULL;
     gint64 w = -1, d = -1, t = 0;
     int rc = -1;
@@ -66,13 +58,9 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
                  error ? error->message : "unknown error");
     else
         rc = 0;
-    thrift_transport_close(THRIFT_TRANSPORT(framed), NULL);
     if (error)
         g_error_free(error);
-    g_object_unref(client);
-    g_object_unref(proto);
-    g_object_unref(framed);
-    g_object_unref(sock);
+    sf_client_close(&c);
     g_free(host);
     if (rc == 0) {
         *worker_id = w;

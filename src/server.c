@@ -23,6 +23,7 @@
 
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
+#include "bindaddr.h"
 #include "bounded_protocol.h"
 #include "clocks.h"
 #include "frame_transport.h"
@@ -862,17 +863,11 @@ static void *sf_thread_main(void *arg)
  * refused); the first bind learns the port when opts.port is 0, later ones reuse it. */
 static int sf_server_bind(sf_server *s, GError **error)
 {
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
-    char port[16];
-    snprintf(port, sizeof port, "%d", s->port > 0 ? s->port : s->opts.port);
-    int rc = getaddrinfo(s->bind_address, port, &hints, &res);
-    if (rc != 0) {
-        g_set_error(error, SF_SERVER_ERROR, 0,
-                    "bind address \"%s\" is not a numeric IPv4 or IPv6 address: %s",
-                    s->bind_address, gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    char why[256];
+    int port = s->port > 0 ? s->port : s->opts.port;
+    if (sf_bindaddr_resolve(s->bind_address, port, &res, why, sizeof why) != 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "bind address %s", why);
         return -1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -887,7 +882,7 @@ static int sf_server_bind(sf_server *s, GError **error)
         g_warning("SO_REUSEADDR on %s failed: %s", s->bind_address, g_strerror(errno));
     if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
         g_set_error(error, SF_SERVER_ERROR, 0,
-                    "cannot bind %s:%s: %s (is another server using the port?)",
+                    "cannot bind %s:%d: %s (is another server using the port?)",
                     s->bind_address, port, g_strerror(errno));
         close(fd);
         freeaddrinfo(res);
