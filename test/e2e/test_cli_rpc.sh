@@ -4,6 +4,7 @@
 # request, an unreachable server and one that never answers.
 set -u
 b="${top_builddir:-.}"
+. "${top_srcdir:-.}/test/tools/sfstart.sh"
 cli="$b/src/snowflake"
 server="$b/src/snowflaked"
 fails=0; passes=0
@@ -72,14 +73,9 @@ check "unreachable named" "cannot connect to 127.0.0.1:$mute_port: Connection re
 if [ ! -x "$server" ]; then
   echo "SKIP: $server is not built; only the checks without a server ran"
 else
-  "$server" --bind 127.0.0.1 --port 0 --admin-port 0 --worker-id 5 --datacenter-id 9 \
-    2>"$tmp/server.log" &
-  server_pid=$!
-  i=0; port=
-  while [ -z "$port" ] && [ $i -lt 100 ]; do
-    sleep 0.1; i=$((i + 1))
-    port=$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$tmp/server.log" | head -n 1)
-  done
+  sf_start "$tmp/server.log" "$server" --bind 127.0.0.1 --port 0 --admin-port 0 --worker-id 5 \
+    --datacenter-id 9
+  server_pid=$SF_PID; port=$SF_PORT
   if [ -z "$port" ]; then
     echo "FAIL: snowflaked did not start:"; cat "$tmp/server.log"; fails=$((fails + 1))
   else

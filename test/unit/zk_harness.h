@@ -1,4 +1,4 @@
-/* zk_harness.h -- a real, throwaway ZooKeeper server for the C tests (wraps test/zk-server.sh). */
+/* zk_harness.h -- a real, throwaway ZooKeeper server for the C tests (wraps test/tools/zk-server.sh). */
 #ifndef SF_TEST_ZK_HARNESS_H
 #define SF_TEST_ZK_HARNESS_H
 

@@ -27,10 +27,8 @@
 #include <time.h>
 
 #include <glib-object.h>
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-#include <thrift/c_glib/transport/thrift_framed_transport.h>
-#include <thrift/c_glib/transport/thrift_socket.h>
 
+#include "client.h"
 #include "sf_thrift_snowflake.h"
 #include "thrift_fix.h"
 
@@ -41,12 +39,7 @@ typedef struct chaos_totals {
         reconnects, unrecorded;
 } chaos_totals;
 
-typedef struct chaos_conn {
-    ThriftSocket *socket;
-    ThriftTransport *transport;
-    ThriftProtocol *protocol;
-    SfThriftSnowflakeIf *client;
-} chaos_conn;
+typedef sf_client chaos_conn;
 
 typedef struct chaos_job {
     int index;
@@ -73,47 +66,22 @@ static void chaos_sleep_ms(int ms)
 
 static void chaos_close(chaos_conn *c)
 {
-    if (c->transport != NULL)
-        thrift_transport_close(c->transport, NULL);
-    if (c->client != NULL)
-        g_object_unref(c->client);
-    if (c->protocol != NULL)
-        g_object_unref(c->protocol);
-    if (c->transport != NULL)
-        g_object_unref(c->transport);
-    if (c->socket != NULL)
-        g_object_unref(c->socket);
-    memset(c, 0, sizeof *c);
+    sf_client_close(c);
 }
 
-/* Connects with read and write timeouts, so a stopped node cannot hang us. */
+/* Connects with connect, read and write timeouts, so a stopped node cannot hang us. */
 static gboolean chaos_open(chaos_conn *c, const chaos_job *job)
 {
-    memset(c, 0, sizeof *c);
-    c->socket = g_object_new(THRIFT_TYPE_SOCKET, "hostname", job->host, "port", job->port, NULL);
-    c->transport = g_object_new(THRIFT_TYPE_FRAMED_TRANSPORT, "transport", c->socket, NULL);
-    c->protocol = g_object_new(THRIFT_TYPE_BINARY_PROTOCOL, "transport", c->transport, NULL);
-    c->client = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_CLIENT, "input_protocol", c->protocol,
-                             "output_protocol", c->protocol, NULL);
-    GError *error = NULL;
-    if (!thrift_transport_open(c->transport, &error)) {
-        g_clear_error(&error);
-        chaos_close(c);
-        return FALSE;
-    }
-    struct timeval tv = { .tv_sec = CHAOS_TIMEOUT_MS / 1000,
-                          .tv_usec = (CHAOS_TIMEOUT_MS % 1000) * 1000 };
-    setsockopt(c->socket->sd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(c->socket->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    return TRUE;
+    char why[256];
+    return sf_client_open(c, job->host, job->port, CHAOS_TIMEOUT_MS, why, sizeof why);
 }
 
 /* Asks the node which ids it uses now. FALSE on a transport error. */
 static gboolean chaos_identify(chaos_conn *c, gint64 *worker, gint64 *datacenter)
 {
     GError *error = NULL;
-    gboolean ok = sf_thrift_snowflake_if_get_worker_id(c->client, worker, &error) &&
-                  sf_thrift_snowflake_if_get_datacenter_id(c->client, datacenter, &error);
+    gboolean ok = sf_thrift_snowflake_if_get_worker_id(c->api, worker, &error) &&
+                  sf_thrift_snowflake_if_get_datacenter_id(c->api, datacenter, &error);
     g_clear_error(&error);
     return ok;
 }
@@ -171,11 +139,11 @@ static void *chaos_thread(void *arg)
         gboolean ok;
         if (batched) {
             g_array_set_size(batch, 0);
-            ok = sf_thrift_snowflake_if_get_ids(c.client, &batch, "chaos", job->batch,
+            ok = sf_thrift_snowflake_if_get_ids(c.api, &batch, "chaos", job->batch,
                                                 &clock_error, &agent_error, &request_error,
                                                 &unavailable, &error);
         } else {
-            ok = sf_thrift_snowflake_if_get_id(c.client, &id, "chaos", &clock_error,
+            ok = sf_thrift_snowflake_if_get_id(c.api, &id, "chaos", &clock_error,
                                                &agent_error, &unavailable, &error);
         }
         if (ok) {

@@ -1,4 +1,4 @@
-/* zk_harness.c -- a real, throwaway ZooKeeper server for the C tests (wraps test/zk-server.sh). */
+/* zk_harness.c -- a real, throwaway ZooKeeper server for the C tests (wraps test/tools/zk-server.sh). */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
 #include "zk_harness.h"
@@ -17,7 +17,7 @@ static int run_script(sf_test_zk *zk, const char *cmd, char *out, size_t outlen)
 {
     const char *srcdir = getenv("top_srcdir");
     char line[512];
-    snprintf(line, sizeof line, "'%s/test/zk-server.sh' %s '%s'", srcdir ? srcdir : ".", cmd,
+    snprintf(line, sizeof line, "'%s/test/tools/zk-server.sh' %s '%s'", srcdir ? srcdir : ".", cmd,
              zk->dir);
     FILE *p = popen(line, "r");
     if (!p) {
@@ -138,7 +138,7 @@ int sf_test_zk_stop_all_under(const char *base)
 {
     const char *srcdir = getenv("top_srcdir");
     char line[1024];
-    snprintf(line, sizeof line, "for d in '%s'/sf-zk-*; do [ -d \"$d\" ] && '%s/test/zk-server.sh' "
+    snprintf(line, sizeof line, "for d in '%s'/sf-zk-*; do [ -d \"$d\" ] && '%s/test/tools/zk-server.sh' "
              "stop \"$d\"; done; rm -rf '%s'", base, srcdir ? srcdir : ".", base);
     if (system(line) != 0) {
         fprintf(stderr, "zk_harness: could not clean up %s\n", base);

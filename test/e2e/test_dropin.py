@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_dropin.py -- snowflaked in place of a legacy node, seen through a client generated
-from the original IDL (test/legacy_snowflake.thrift, without throws clauses). Such a client
+from the original IDL (test/e2e/legacy_snowflake.thrift, without throws clauses). Such a client
 cannot decode ServiceUnavailable, so a registered node's Thrift port accepts connections only
 while it serves: refused during start-up and while fenced, when open connections are closed
 unanswered. A pool that fails over on transport errors, as legacy pools do, then gets ids

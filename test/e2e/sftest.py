@@ -358,13 +358,13 @@ def expect_raises(exc_type, func, *args):
 
 
 class ZooKeeper:
-    """A throwaway ZooKeeper server (test/zk-server.sh) on a free loopback port with its
+    """A throwaway ZooKeeper server (test/tools/zk-server.sh) on a free loopback port with its
     data in a temporary directory; always stopped when the test exits. .hosts is
     "127.0.0.1:PORT"; stop() and start() keep the port and the data."""
 
     def __init__(self):
         import tempfile
-        self.script = os.path.join(TOP_SRCDIR, "test", "zk-server.sh")
+        self.script = os.path.join(TOP_SRCDIR, "test", "tools", "zk-server.sh")
         self.dir = tempfile.mkdtemp(prefix="sf-zk-")
         self.hosts = None
         atexit.register(self.remove)

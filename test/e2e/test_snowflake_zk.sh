@@ -5,14 +5,14 @@ top_srcdir=${top_srcdir:-.}
 PY=/usr/bin/python3
 TOOL="$PY $top_srcdir/scripts/snowflake-zk"
 dir=$(mktemp -d /tmp/sf-zktool-XXXXXX)
-cleanup() { "$top_srcdir/test/zk-server.sh" stop "$dir" >/dev/null 2>&1; rm -rf "$dir"; }
+cleanup() { "$top_srcdir/test/tools/zk-server.sh" stop "$dir" >/dev/null 2>&1; rm -rf "$dir"; }
 trap cleanup EXIT INT TERM
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $1"; }
 expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
-hosts=$("$top_srcdir/test/zk-server.sh" start "$dir") || { echo "test_snowflake_zk: no ZooKeeper"; exit 1; }
+hosts=$("$top_srcdir/test/tools/zk-server.sh" start "$dir") || { echo "test_snowflake_zk: no ZooKeeper"; exit 1; }
 # A holder whose node outlives it: an unreachable host:port holds worker id 3,
 # and a holder record for id 5 with a recorded timestamp.
 $PY - "$hosts" <<'PY' || { echo "test_snowflake_zk: cannot seed nodes"; exit 1; }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_idcheck.sh -- the id checker finds each kind of fault, and passes clean input.
 set -u
-idcheck="${top_builddir:-.}/test/idcheck"
+idcheck="${top_builddir:-.}/test/tools/idcheck"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fails=0; passes=0

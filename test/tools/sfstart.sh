@@ -1,0 +1,27 @@
+# sfstart.sh -- sourced by the shell tests and scripts that need a snowflaked of their own:
+# one way to pick a free port and to start a server and learn its port. (The Python tests
+# have the same in test/e2e/sftest.py.)
+
+# sf_free_port prints a loopback TCP port that nothing listens on right now.
+sf_free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# sf_start LOG COMMAND... starts COMMAND (a snowflaked command line, usually with --port 0)
+# in the background, its output in LOG, and waits up to 10 s for its "listening on" line.
+# Sets SF_PID and SF_PORT; returns 1, with SF_PORT empty, when the server exited or never
+# said so (LOG says why).
+sf_start() {
+  sf_log=$1
+  shift
+  "$@" >"$sf_log" 2>&1 &
+  SF_PID=$!
+  SF_PORT=""
+  for _ in $(seq 100); do
+    SF_PORT=$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$sf_log" | head -n 1)
+    [ -n "$SF_PORT" ] && return 0
+    kill -0 "$SF_PID" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
