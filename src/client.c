@@ -26,7 +26,7 @@ bool sf_client_open(sf_client *c, const char *host, int port, int timeout_ms, ch
 void sf_client_close(sf_client *c)
 {
     int saved = errno; /* callers report the error that ended the call */
-    if (c->transport != NULL && thrift_transport_is_open(c->transport))
+    if (c->transport != NULL)
         thrift_transport_close(c->transport, NULL);
     if (c->api != NULL)
         g_object_unref(c->api);

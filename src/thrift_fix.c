@@ -10,6 +10,7 @@
 #include <thrift/c_glib/thrift_struct.h>
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_memory_buffer.h>
+#include <thrift/c_glib/transport/thrift_socket.h>
 
 #include "sf_scribe_scribe.h"
 #include "sf_thrift_snowflake.h"
@@ -128,10 +129,10 @@ void sf_thrift_fix_finalize(void)
         sf_thrift_fix_wrap(children[i]);
     }
     g_free(children);
-    /* So do the library's framed transport and memory buffer, which every client
+    /* So do the library's socket, framed transport and memory buffer, which every client
      * connection (peer checks, the CLI, the audit log) creates and drops. */
-    const GType library[] = { THRIFT_TYPE_FRAMED_TRANSPORT, THRIFT_TYPE_BINARY_PROTOCOL,
-                              THRIFT_TYPE_MEMORY_BUFFER };
+    const GType library[] = { THRIFT_TYPE_SOCKET, THRIFT_TYPE_FRAMED_TRANSPORT,
+                              THRIFT_TYPE_BINARY_PROTOCOL, THRIFT_TYPE_MEMORY_BUFFER };
     for (size_t i = 0; i < G_N_ELEMENTS(library) && sf_thrift_fix_count < SF_THRIFT_FIX_MAX; i++)
         sf_thrift_fix_wrap(library[i]);
     g_once_init_leave(&done, 1);

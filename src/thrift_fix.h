@@ -5,8 +5,8 @@
 #define SF_THRIFT_FIX_H
 
 /* Patches every generated SfThrift* and SfScribe* struct class, and the library's
- * ThriftApplicationException, ThriftFramedTransport, ThriftBinaryProtocol and
- * ThriftMemoryBuffer, so that finalizing an instance also runs its parent's finalize;
+ * ThriftApplicationException, ThriftSocket, ThriftFramedTransport, ThriftBinaryProtocol
+ * and ThriftMemoryBuffer, so that finalizing an instance also runs its parent's finalize;
  * a class without a finalize of its own (it inherits one that chains) is left alone.
  * Without it each instance leaks the GObject data GLib attaches during g_object_unref
  * (about 32 bytes per request and reply, 96 per client connection). Idempotent and

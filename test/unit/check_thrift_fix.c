@@ -53,6 +53,8 @@ START_TEST(test_structs_chain_up)
                   "the scribe struct's finalize does not reach GObject's");
     ck_assert_msg(data_freed_on_finalize(THRIFT_TYPE_MEMORY_BUFFER),
                   "the memory buffer's finalize does not reach GObject's");
+    ck_assert_msg(data_freed_on_finalize(THRIFT_TYPE_SOCKET),
+                  "the socket's finalize does not reach GObject's");
 }
 END_TEST
 
