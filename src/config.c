@@ -36,7 +36,7 @@ typedef struct sf_key {
 } sf_key;
 
 #define SF_FIELD(f) offsetof(sf_config, f)
-/* A row for an integer setting of the server or the handler: its range is the module's. */
+/* A row for an integer setting a module owns: its range is the one the module states. */
 #define SF_SERVER_KEY(name, field)                                                         \
     { "snowflake", name, SF_KEY_INT, SF_FIELD(server.field), SF_SERVER_MIN_##field,         \
       SF_SERVER_MAX_##field }
