@@ -8,13 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* X(field, min, max, default) for every integer setting. */
+/* X(field, min, max, default) for every integer setting:
+ *   session_timeout_ms   asked of ZooKeeper, which may negotiate another;
+ *   claim_retries        a taken static id is tried this many more times;
+ *   claim_retry_wait_ms  between those tries;
+ *   state_interval_ms    the last timestamp is recorded at least this often (it rides on
+ *                        every lease renewal). */
 #define SF_REGISTRY_INT_OPTIONS(X)                                                             \
-    X(session_timeout_ms, 1000, 600000, 10000) /* asked of ZooKeeper; it may negotiate */    \
-    X(claim_retries, 0, 100, 2)          /* a taken static id is tried this many more times */ \
-    X(claim_retry_wait_ms, 0, 600000, 10000)  /* between those tries */                      \
-    X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded at least this   \
-                                            * often; it rides on every lease renewal */
+    X(session_timeout_ms, 1000, 600000, 10000)                                                 \
+    X(claim_retries, 0, 100, 2)                                                                \
+    X(claim_retry_wait_ms, 0, 600000, 10000)                                                   \
+    X(state_interval_ms, 100, 60000, 2000)
 
 /* SF_REGISTRY_MIN_<field> and SF_REGISTRY_MAX_<field>, for the settings file's key table. */
 enum {
