@@ -50,7 +50,7 @@ struct sf_audit {
     sf_audit_batch *head, *tail;
     size_t head_sent;         /* ids of head already delivered */
     size_t queued, queued_bytes;
-    uint64_t sent, dropped, send_failures;
+    sf_audit_stats stats;    /* the counters; stats.queued unused (see queued) */
     gboolean stopping;
     gint64 stop_deadline_us;  /* monotonic: give up delivering after this */
     GThread *thread;
@@ -99,7 +99,7 @@ void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agen
     g_mutex_lock(&a->lock);
     if (a->stopping || a->queued + n > (size_t)a->o.queue_size ||
         a->queued_bytes + bytes > (size_t)a->o.queue_size * SF_AUDIT_BYTES_PER_ENTRY) {
-        a->dropped += n;
+        a->stats.audit_dropped += n;
         g_mutex_unlock(&a->lock);
         g_free(b);
         return;
@@ -273,7 +273,7 @@ static size_t sf_audit_peek(sf_audit *a, int64_t *ids, int64_t *tags, const char
 static void sf_audit_pop(sf_audit *a, size_t n)
 {
     a->queued -= n;
-    a->sent += n;
+    a->stats.audit_sent += n;
     while (n > 0) {
         sf_audit_batch *b = a->head;
         size_t left = b->n - a->head_sent;
@@ -335,7 +335,7 @@ static gpointer sf_audit_thread(gpointer data)
             backoff_ms = 0;
             continue;
         }
-        a->send_failures++;
+        a->stats.audit_send_failures++;
         backoff_ms = CLAMP(backoff_ms * 2, SF_AUDIT_BACKOFF_MIN_MS, SF_AUDIT_BACKOFF_MAX_MS);
         gint64 until = g_get_monotonic_time() + (gint64)backoff_ms * 1000;
         if (a->stopping)
@@ -388,9 +388,7 @@ void sf_audit_get_stats(sf_audit *a, sf_audit_stats *out)
     if (a == NULL)
         return;
     g_mutex_lock(&a->lock);
-    out->sent = a->sent;
-    out->dropped = a->dropped;
-    out->send_failures = a->send_failures;
+    *out = a->stats;
     out->queued = a->queued;
     g_mutex_unlock(&a->lock);
 }
@@ -408,7 +406,7 @@ void sf_audit_stop(sf_audit *a, int timeout_ms)
     if (a->queued > 0) {
         g_warning("audit log: %zu entries not delivered at stop (the sink did not take them "
                   "within %d ms)", a->queued, timeout_ms);
-        a->dropped += a->queued;
+        a->stats.audit_dropped += a->queued;
     }
     while (a->head != NULL) {
         sf_audit_batch *b = a->head;

@@ -11,13 +11,20 @@
 
 typedef struct sf_audit sf_audit;
 
-/* Totals since start. */
+/* The audit log's counters, each named once: X(name, help). Each is a field of
+ * sf_audit_stats and a counter of the admin endpoint under that name. */
+#define SF_AUDIT_COUNTERS(X)                                                                   \
+    X(audit_sent, "Audit entries the sink accepted")                                          \
+    X(audit_dropped, "Audit entries dropped: the queue was full, or undelivered at stop")     \
+    X(audit_send_failures, "Failed deliveries to the audit sink (their entries are retried)")
+
+/* Totals since start (audit_dropped is the original's scribe_enqueue_failures), and the
+ * entries waiting now. */
 typedef struct sf_audit_stats {
-    uint64_t sent;           /* entries the sink accepted */
-    uint64_t dropped;        /* entries not queued: the queue was full (the original's
-                              * scribe_enqueue_failures), or undelivered at stop */
-    uint64_t send_failures;  /* failed Log calls or writes; their entries are retried */
-    uint64_t queued;         /* entries waiting now */
+#define SF_AUDIT_STATS_FIELD(name, help) uint64_t name;
+    SF_AUDIT_COUNTERS(SF_AUDIT_STATS_FIELD)
+#undef SF_AUDIT_STATS_FIELD
+    uint64_t queued;
 } sf_audit_stats;
 
 /* Checks the options and starts the sender thread. A sink that is down is not an error

@@ -119,12 +119,10 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         SF_SERVER_COUNTERS(SF_SERVER_ROW)
 #undef SF_HANDLER_ROW
 #undef SF_SERVER_ROW
-        { "audit_sent", as.sent, "Audit entries the sink accepted" },
-        { "audit_dropped", as.dropped,
-          "Audit entries dropped: the queue was full, or undelivered at stop" },
-        { "scribe_enqueue_failures", as.dropped, "The original's name for audit_dropped" },
-        { "audit_send_failures", as.send_failures,
-          "Failed deliveries to the audit sink (their entries are retried)" },
+#define SF_AUDIT_ROW(name, help) { #name, as.name, help },
+        SF_AUDIT_COUNTERS(SF_AUDIT_ROW)
+#undef SF_AUDIT_ROW
+        { "scribe_enqueue_failures", as.audit_dropped, "The original's name for audit_dropped" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
         sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
