@@ -36,19 +36,15 @@ typedef struct sf_key {
 } sf_key;
 
 #define SF_FIELD(f) offsetof(sf_config, f)
-/* A row for an integer setting a module owns: its range is the one the module states. */
-#define SF_SERVER_KEY(name, field)                                                         \
-    { "snowflake", name, SF_KEY_INT, SF_FIELD(server.field), SF_SERVER_MIN_##field,         \
-      SF_SERVER_MAX_##field }
-#define SF_REGISTRY_KEY(name, field)                                                       \
-    { "zookeeper", name, SF_KEY_INT, SF_FIELD(registry.field), SF_REGISTRY_MIN_##field,     \
-      SF_REGISTRY_MAX_##field }
-#define SF_AUDIT_KEY(name, field)                                                          \
-    { "audit", name, SF_KEY_INT, SF_FIELD(audit.field), SF_AUDIT_MIN_##field,               \
-      SF_AUDIT_MAX_##field }
-#define SF_HANDLER_KEY(name, field)                                                        \
-    { "snowflake", name, SF_KEY_INT, SF_FIELD(handler.field), SF_HANDLER_MIN_##field,       \
-      SF_HANDLER_MAX_##field }
+/* A row for an integer setting module MODULE owns, in group: its range is the one the module
+ * states (SF_<MODULE>_MIN_<field> .. SF_<MODULE>_MAX_<field>). */
+#define SF_MODULE_KEY(group, name, member, MODULE, field)                                   \
+    { group, name, SF_KEY_INT, SF_FIELD(member.field), SF_##MODULE##_MIN_##field,            \
+      SF_##MODULE##_MAX_##field }
+#define SF_SERVER_KEY(name, field) SF_MODULE_KEY("snowflake", name, server, SERVER, field)
+#define SF_HANDLER_KEY(name, field) SF_MODULE_KEY("snowflake", name, handler, HANDLER, field)
+#define SF_REGISTRY_KEY(name, field) SF_MODULE_KEY("zookeeper", name, registry, REGISTRY, field)
+#define SF_AUDIT_KEY(name, field) SF_MODULE_KEY("audit", name, audit, AUDIT, field)
 
 /* Every key the file may hold. Names the original had keep its spelling. */
 static const sf_key sf_keys[] = {
