@@ -2,8 +2,11 @@
  * ones read off SF_AUDIT_INT_OPTIONS. */
 #include "audit_options.h"
 
+
 #include <stdio.h>
 #include <string.h>
+
+#include "option_range.h"
 
 void sf_audit_options_init(sf_audit_options *opts)
 {
@@ -32,12 +35,9 @@ bool sf_audit_sink_from_name(const char *name, sf_audit_sink *sink)
 
 bool sf_audit_options_check(const sf_audit_options *o, char *err, size_t errlen)
 {
-#define SF_AUDIT_CHECK(field, lo, hi, dflt)                                                  \
-    if (o->field < (lo) || o->field > (hi)) {                                               \
-        snprintf(err, errlen, "[audit] %s = %d is outside %d..%d", #field, o->field, (lo),  \
-                 (hi));                                                                     \
-        return false;                                                                       \
-    }
+#define SF_AUDIT_CHECK(field, lo, hi, dflt) \
+    if (!sf_option_in_range("[audit] ", #field, o->field, (lo), (hi), err, errlen)) \
+        return false;
     SF_AUDIT_INT_OPTIONS(SF_AUDIT_CHECK)
 #undef SF_AUDIT_CHECK
     if (o->sink == SF_AUDIT_FILE && (o->file == NULL || o->file[0] == '\0')) {

@@ -2,7 +2,9 @@
  * SF_HANDLER_INT_OPTIONS. */
 #include "handler_options.h"
 
-#include <stdio.h>
+
+
+#include "option_range.h"
 
 void sf_handler_options_init(sf_handler_options *o)
 {
@@ -13,11 +15,9 @@ void sf_handler_options_init(sf_handler_options *o)
 
 bool sf_handler_options_check(const sf_handler_options *o, char *err, size_t errlen)
 {
-#define SF_HANDLER_CHECK(field, lo, hi, dflt)                                                \
-    if (o->field < (lo) || o->field > (hi)) {                                               \
-        snprintf(err, errlen, "%s = %d is outside %d..%d", #field, o->field, (lo), (hi));   \
-        return false;                                                                       \
-    }
+#define SF_HANDLER_CHECK(field, lo, hi, dflt) \
+    if (!sf_option_in_range("", #field, o->field, (lo), (hi), err, errlen)) \
+        return false;
     SF_HANDLER_INT_OPTIONS(SF_HANDLER_CHECK)
 #undef SF_HANDLER_CHECK
     return true;

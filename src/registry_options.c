@@ -2,10 +2,12 @@
  * ones read off SF_REGISTRY_INT_OPTIONS. */
 #include "registry_options.h"
 
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "option_range.h"
 #include "snowflake.h"
 #include "zkpath.h"
 
@@ -51,12 +53,9 @@ bool sf_registry_options_check(const sf_registry_options *opts, char *err, size_
         snprintf(err, errlen, "zookeeper.auth must be user:password");
         return false;
     }
-#define SF_REGISTRY_CHECK(field, lo, hi, dflt)                                               \
-    if (opts->field < (lo) || opts->field > (hi)) {                                         \
-        snprintf(err, errlen, "zookeeper.%s = %d is outside %d..%d", #field, opts->field,  \
-                 (lo), (hi));                                                               \
-        return false;                                                                       \
-    }
+#define SF_REGISTRY_CHECK(field, lo, hi, dflt) \
+    if (!sf_option_in_range("zookeeper.", #field, opts->field, (lo), (hi), err, errlen)) \
+        return false;
     SF_REGISTRY_INT_OPTIONS(SF_REGISTRY_CHECK)
 #undef SF_REGISTRY_CHECK
     return true;

@@ -2,8 +2,11 @@
  * SF_SERVER_INT_OPTIONS. */
 #include "server_options.h"
 
+
 #include <stdio.h>
 #include <string.h>
+
+#include "option_range.h"
 
 void sf_server_options_init(sf_server_options *opts)
 {
@@ -17,11 +20,9 @@ void sf_server_options_init(sf_server_options *opts)
 
 bool sf_server_options_check(const sf_server_options *o, char *err, size_t errlen)
 {
-#define SF_SERVER_CHECK(field, lo, hi, dflt)                                                 \
-    if (o->field < (lo) || o->field > (hi)) {                                               \
-        snprintf(err, errlen, "%s = %d is outside %d..%d", #field, o->field, (lo), (hi));   \
-        return false;                                                                       \
-    }
+#define SF_SERVER_CHECK(field, lo, hi, dflt) \
+    if (!sf_option_in_range("", #field, o->field, (lo), (hi), err, errlen)) \
+        return false;
     SF_SERVER_INT_OPTIONS(SF_SERVER_CHECK)
 #undef SF_SERVER_CHECK
     if (o->bind_address == NULL) {
