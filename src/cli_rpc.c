@@ -28,8 +28,6 @@ typedef struct cli_rpc_options {
     int count; /* ids N */
 } cli_rpc_options;
 
-/* One open connection to the server. */
-typedef sf_client cli_rpc_conn;
 
 void cli_rpc_usage(FILE *out)
 {
@@ -172,7 +170,7 @@ static int cli_rpc_parse(int argc, char **argv, cli_rpc_options *opts)
 /* Connects within the timeout and bounds every later read and write by it, so
  * a host that never answers or a server that never replies cannot hang the tool. False after printing
  * "cannot connect to HOST:PORT: reason". */
-static bool cli_rpc_open(cli_rpc_conn *conn, const cli_rpc_options *opts)
+static bool cli_rpc_open(sf_client *conn, const cli_rpc_options *opts)
 {
     char why[256];
     if (!sf_client_open(conn, opts->host, opts->port, opts->timeout_ms, why, sizeof why)) {
@@ -211,7 +209,7 @@ static int cli_rpc_call_failed(const cli_rpc_options *opts, const char *method, 
     } while (0)
 
 /* `snowflake id`: one id on one line. */
-static int cli_rpc_id(cli_rpc_conn *conn, const cli_rpc_options *opts)
+static int cli_rpc_id(sf_client *conn, const cli_rpc_options *opts)
 {
     SfThriftInvalidSystemClock *clock_error = NULL;
     SfThriftInvalidUserAgentError *agent_error = NULL;
@@ -238,7 +236,7 @@ static int cli_rpc_id(cli_rpc_conn *conn, const cli_rpc_options *opts)
 }
 
 /* `snowflake ids N`: N ids, one per line, in the server's order. */
-static int cli_rpc_ids(cli_rpc_conn *conn, const cli_rpc_options *opts)
+static int cli_rpc_ids(sf_client *conn, const cli_rpc_options *opts)
 {
     SfThriftInvalidSystemClock *clock_error = NULL;
     SfThriftInvalidUserAgentError *agent_error = NULL;
@@ -278,7 +276,7 @@ static int cli_rpc_ids(cli_rpc_conn *conn, const cli_rpc_options *opts)
 /* `snowflake info`: the server's ids and clock. The skew compares the
  * server's time with the midpoint of the local clock around the call, so the
  * round trip does not count as skew. */
-static int cli_rpc_info(cli_rpc_conn *conn, const cli_rpc_options *opts)
+static int cli_rpc_info(sf_client *conn, const cli_rpc_options *opts)
 {
     GError *error = NULL;
     gint64 worker_id = 0, datacenter_id = 0, server_ms = 0;
@@ -321,7 +319,7 @@ int cli_rpc_main(int argc, char **argv)
         return rc;
     /* A server that closes the connection must give an error, not kill the tool. */
     signal(SIGPIPE, SIG_IGN);
-    cli_rpc_conn conn;
+    sf_client conn;
     if (!cli_rpc_open(&conn, &opts))
         return CLI_RPC_EXIT_UNREACHABLE;
     if (strcmp(opts.command, "id") == 0)

@@ -39,8 +39,6 @@ typedef struct chaos_totals {
         reconnects, unrecorded;
 } chaos_totals;
 
-typedef sf_client chaos_conn;
-
 typedef struct chaos_job {
     int index;
     char host[256];
@@ -64,20 +62,15 @@ static void chaos_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static void chaos_close(chaos_conn *c)
-{
-    sf_client_close(c);
-}
-
 /* Connects with connect, read and write timeouts, so a stopped node cannot hang us. */
-static gboolean chaos_open(chaos_conn *c, const chaos_job *job)
+static gboolean chaos_open(sf_client *c, const chaos_job *job)
 {
     char why[256];
     return sf_client_open(c, job->host, job->port, CHAOS_TIMEOUT_MS, why, sizeof why);
 }
 
 /* Asks the node which ids it uses now. FALSE on a transport error. */
-static gboolean chaos_identify(chaos_conn *c, gint64 *worker, gint64 *datacenter)
+static gboolean chaos_identify(sf_client *c, gint64 *worker, gint64 *datacenter)
 {
     GError *error = NULL;
     gboolean ok = sf_thrift_snowflake_if_get_worker_id(c->api, worker, &error) &&
@@ -96,7 +89,7 @@ static void *chaos_thread(void *arg)
         fprintf(stderr, "chaos_load: cannot write %s: %s\n", path, strerror(errno));
         exit(2);
     }
-    chaos_conn c = { 0 };
+    sf_client c = { 0 };
     int generation = 0;
     /* verify: the node refused ids, so it may come back with another worker
      * id; it switches the id before it serves again, so the identity read
@@ -119,7 +112,7 @@ static void *chaos_thread(void *arg)
         if (identify) {
             if (!chaos_identify(&c, &worker, &datacenter)) {
                 atomic_fetch_add(&job->totals->transport_errors, 1);
-                chaos_close(&c);
+                sf_client_close(&c);
                 connected = FALSE;
                 continue;
             }
@@ -149,7 +142,7 @@ static void *chaos_thread(void *arg)
         if (ok) {
             if (verify && !chaos_identify(&c, &worker, &datacenter)) {
                 atomic_fetch_add(&job->totals->transport_errors, 1);
-                chaos_close(&c);
+                sf_client_close(&c);
                 connected = FALSE;
                 atomic_fetch_add(&job->totals->unrecorded, 1);
                 continue;
@@ -174,7 +167,7 @@ static void *chaos_thread(void *arg)
             atomic_fetch_add(&job->totals->other_errors, 1);
         } else {
             atomic_fetch_add(&job->totals->transport_errors, 1);
-            chaos_close(&c);
+            sf_client_close(&c);
             connected = FALSE;
         }
         if (clock_error != NULL)
@@ -188,7 +181,7 @@ static void *chaos_thread(void *arg)
         g_clear_error(&error);
     }
     if (connected)
-        chaos_close(&c);
+        sf_client_close(&c);
     g_array_free(batch, TRUE);
     if (fclose(out) != 0) {
         fprintf(stderr, "chaos_load: writing %s failed: %s\n", path, strerror(errno));
