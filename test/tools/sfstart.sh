@@ -1,6 +1,6 @@
 # sfstart.sh -- sourced by the shell tests and scripts that need a snowflaked of their own:
-# one way to pick a free port and to start a server and learn its port. (The Python tests
-# have the same in test/e2e/sftest.py.)
+# one way to pick a free port, to start a server and learn its port, and to read a
+# process's CPU time. (The Python tests have the first two in test/e2e/sftest.py.)
 
 # sf_free_port prints a loopback TCP port that nothing listens on right now.
 sf_free_port() {
@@ -25,3 +25,7 @@ sf_start() {
   done
   return 1
 }
+
+# sf_cpu_ticks PID prints the user + system clock ticks the process has used so far
+# (getconf CLK_TCK of them a second).
+sf_cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
