@@ -9,6 +9,7 @@
 
 #include "bounded_protocol.h"
 #include "frame_transport.h"
+#include "hand_frames.h"
 #include "handler.h"
 #include "sf_thrift_snowflake.h"
 #include "snowflake.h"
@@ -69,29 +70,6 @@ START_TEST(replies_carry_their_length)
 }
 END_TEST
 
-/* Appends a framed call of method with an empty argument struct, strict header. */
-static void append_call(GByteArray *wire, const char *method, int32_t seqid)
-{
-    GByteArray *body = g_byte_array_new();
-    uint8_t head[4] = {0x80, 0x01, 0x00, 0x01}; /* version 1, CALL */
-    g_byte_array_append(body, head, 4);
-    uint32_t n = (uint32_t)strlen(method);
-    uint8_t be[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
-    g_byte_array_append(body, be, 4);
-    g_byte_array_append(body, (const uint8_t *)method, n);
-    uint8_t seq[4] = {(uint8_t)(seqid >> 24), (uint8_t)(seqid >> 16), (uint8_t)(seqid >> 8),
-                      (uint8_t)seqid};
-    g_byte_array_append(body, seq, 4);
-    uint8_t stop = 0;
-    g_byte_array_append(body, &stop, 1);
-    uint32_t len = body->len;
-    uint8_t frame[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-                        (uint8_t)len};
-    g_byte_array_append(wire, frame, 4);
-    g_byte_array_append(wire, body->data, body->len);
-    g_byte_array_free(body, TRUE);
-}
-
 /* The processor over a handler serving worker 9 of datacenter 4, and a protocol over t. */
 static ThriftProcessor *processor;
 static ThriftProtocol *protocol;
@@ -123,19 +101,13 @@ static void teardown_service(void)
     teardown();
 }
 
-/* The 4-byte big-endian integer at p. */
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 START_TEST(whole_frames_answered_partial_frame_left)
 {
     GByteArray *wire = g_byte_array_new();
-    append_call(wire, "get_worker_id", 1);
-    append_call(wire, "get_datacenter_id", 2);
+    hand_append_call(wire, "get_worker_id", 1, NULL, 0);
+    hand_append_call(wire, "get_datacenter_id", 2, NULL, 0);
     guint whole = wire->len;
-    append_call(wire, "get_timestamp", 3);
+    hand_append_call(wire, "get_timestamp", 3, NULL, 0);
     size_t frames = 0;
     GError *error = NULL;
     ssize_t used = sf_frame_transport_answer(t, protocol, processor, wire->data, wire->len - 3,
@@ -147,14 +119,14 @@ START_TEST(whole_frames_answered_partial_frame_left)
     const uint8_t *out = sf_frame_transport_output(t, &len);
     /* Two framed replies: a REPLY header (0x80010002) each, with the asked sequence ids,
      * and the values 9 and 4 as the last 4 bytes before the struct's stop. */
-    uint32_t first = be32(out);
-    ck_assert_uint_eq(be32(out + 4), 0x80010002u);
-    ck_assert_uint_eq(be32(out + 4 + 4 + 4 + strlen("get_worker_id")), 1);
-    ck_assert_uint_eq(be32(out + 4 + first - 5), 9);
+    uint32_t first = hand_get32(out);
+    ck_assert_uint_eq(hand_get32(out + 4), 0x80010002u);
+    ck_assert_uint_eq(hand_get32(out + 4 + 4 + 4 + strlen("get_worker_id")), 1);
+    ck_assert_uint_eq(hand_get32(out + 4 + first - 5), 9);
     const uint8_t *second = out + 4 + first;
-    ck_assert_uint_eq(be32(second + 4), 0x80010002u);
-    ck_assert_uint_eq(be32(second + 4 + be32(second) - 5), 4);
-    ck_assert_uint_eq(len, 4 + first + 4 + be32(second));
+    ck_assert_uint_eq(hand_get32(second + 4), 0x80010002u);
+    ck_assert_uint_eq(hand_get32(second + 4 + hand_get32(second) - 5), 4);
+    ck_assert_uint_eq(len, 4 + first + 4 + hand_get32(second));
     g_byte_array_free(wire, TRUE);
 }
 END_TEST
@@ -194,7 +166,7 @@ START_TEST(output_room_stops_before_a_frame)
 {
     GByteArray *wire = g_byte_array_new();
     for (int i = 0; i < 10; i++)
-        append_call(wire, "get_worker_id", i);
+        hand_append_call(wire, "get_worker_id", i, NULL, 0);
     size_t frames = 0;
     GError *error = NULL;
     /* Room for about one reply: the rest waits for the replies to leave. */

@@ -16,6 +16,7 @@
 #include <thrift/c_glib/transport/thrift_socket.h>
 
 #include "admin.h"
+#include "hand_frames.h"
 #include "handler.h"
 #include "server.h"
 #include "snowflake.h"
@@ -198,35 +199,16 @@ static void recv_all(int fd, void *buf, size_t len)
     }
 }
 
-static void put32(GByteArray *b, uint32_t v)
-{
-    uint8_t x[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
-    g_byte_array_append(b, x, 4);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Appends one framed binary-protocol get_id call, written by hand so the test
- * does not depend on the code it checks. */
+/* Appends one framed binary-protocol get_id call, written by hand. */
 static void append_get_id_frame(GByteArray *b, int32_t seqid, const char *agent)
 {
-    GByteArray *m = g_byte_array_new();
-    put32(m, 0x80010001u); /* version 1, T_CALL */
-    put32(m, 6);
-    g_byte_array_append(m, (const guint8 *)"get_id", 6);
-    put32(m, (uint32_t)seqid);
+    GByteArray *args = g_byte_array_new();
     uint8_t field[3] = {11, 0, 1}; /* T_STRING, id 1 */
-    g_byte_array_append(m, field, 3);
-    put32(m, (uint32_t)strlen(agent));
-    g_byte_array_append(m, (const guint8 *)agent, (guint)strlen(agent));
-    uint8_t stop = 0;
-    g_byte_array_append(m, &stop, 1);
-    put32(b, m->len);
-    g_byte_array_append(b, m->data, m->len);
-    g_byte_array_free(m, TRUE);
+    g_byte_array_append(args, field, 3);
+    hand_put32(args, (uint32_t)strlen(agent));
+    g_byte_array_append(args, (const guint8 *)agent, (guint)strlen(agent));
+    hand_append_call(b, "get_id", seqid, args->data, args->len);
+    g_byte_array_free(args, TRUE);
 }
 
 START_TEST(test_four_methods)
@@ -341,18 +323,18 @@ START_TEST(test_pipelined_in_order)
     for (int i = 0; i < N; i++) {
         uint8_t hdr[4];
         recv_all(fd, hdr, 4);
-        uint32_t len = get32(hdr);
+        uint32_t len = hand_get32(hdr);
         ck_assert_uint_lt(len, 256);
         uint8_t body[256];
         recv_all(fd, body, len);
-        ck_assert_uint_eq(get32(body), 0x80010002u); /* T_REPLY */
-        uint32_t nlen = get32(body + 4);
+        ck_assert_uint_eq(hand_get32(body), 0x80010002u); /* T_REPLY */
+        uint32_t nlen = hand_get32(body + 4);
         ck_assert_uint_eq(nlen, 6);
-        ck_assert_int_eq((int32_t)get32(body + 8 + nlen), 1000 + i);
+        ck_assert_int_eq((int32_t)hand_get32(body + 8 + nlen), 1000 + i);
         const uint8_t *f = body + 12 + nlen;
         ck_assert_uint_eq(f[0], 10); /* T_I64 success, field 0 */
         ck_assert_uint_eq(f[1] << 8 | f[2], 0);
-        int64_t id = (int64_t)((uint64_t)get32(f + 3) << 32 | get32(f + 7));
+        int64_t id = (int64_t)((uint64_t)hand_get32(f + 3) << 32 | hand_get32(f + 7));
         ck_assert_int_gt(id, last);
         last = id;
     }
@@ -687,7 +669,7 @@ START_TEST(test_graceful_stop_answers_received_frames)
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, 2000) != 1 || recv(fd, hdr, 4, MSG_WAITALL) != 4)
             break;
-        uint32_t len = get32(hdr);
+        uint32_t len = hand_get32(hdr);
         ck_assert_uint_lt(len, sizeof body);
         ck_assert_int_eq(recv(fd, body, len, MSG_WAITALL), (ssize_t)len);
         replies++;
