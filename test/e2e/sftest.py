@@ -52,6 +52,16 @@ def require_server():
         sys.exit(SKIP)
 
 
+def require_zookeeper_client():
+    """Fails the test, saying what to install, when python3-kazoo is missing: the tests
+    that register nodes read and write ZooKeeper through it."""
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        print("python3-kazoo is not installed: apt-get install python3-kazoo")
+        raise SystemExit(1)
+
+
 def free_port():
     """A loopback port that was free a moment ago (for the admin listener)."""
     with socket.socket() as s:

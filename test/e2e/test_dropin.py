@@ -363,11 +363,7 @@ def pooled_client_fails_over():
 
 def main():
     sftest.require_server()
-    try:
-        import kazoo  # noqa: F401
-    except ImportError:
-        print("python3-kazoo is not installed: apt-get install python3-kazoo")
-        raise SystemExit(1)
+    sftest.require_zookeeper_client()
     ZK.start()
     r = sftest.Runner("test_dropin")
     r.run(port_refused_until_serving)

@@ -469,11 +469,7 @@ def frozen_node_refuses_queued_request(typed):
 
 def main():
     sftest.require_server()
-    try:
-        import kazoo  # noqa: F401
-    except ImportError:
-        print("python3-kazoo is not installed: apt-get install python3-kazoo")
-        raise SystemExit(1)
+    sftest.require_zookeeper_client()
     ZK.start()
     r = sftest.Runner("test_zk_server")
     r.run(static_claim_conflict_and_sigterm)
