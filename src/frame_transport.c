@@ -164,6 +164,14 @@ void sf_frame_transport_cancel_reply(SfFrameTransport *t)
     t->out_len = t->reply_start;
 }
 
+uint8_t *sf_frame_transport_extend(SfFrameTransport *t, size_t n)
+{
+    sf_frame_transport_reserve(t, n);
+    uint8_t *at = t->out + t->out_len;
+    t->out_len += n;
+    return at;
+}
+
 const uint8_t *sf_frame_transport_output(const SfFrameTransport *t, size_t *len)
 {
     *len = t->out_len;
@@ -271,11 +279,12 @@ static void sf_frame_transport_trim_strict(SfFrameTransport *t)
     }
 }
 
-/* Runs the processor over one frame, appending its framed reply. FALSE with
- * *error when the frame is not a valid call. */
+/* Answers one frame, directly or through the processor, appending its framed reply.
+ * FALSE with *error when the frame is not a valid call. */
 static gboolean sf_frame_transport_answer_one(SfFrameTransport *t, ThriftProtocol *protocol,
-                                              ThriftProcessor *processor, const uint8_t *frame,
-                                              size_t len, GError **error)
+                                              ThriftProcessor *processor,
+                                              sf_frame_direct_fn direct, void *direct_ctx,
+                                              const uint8_t *frame, size_t len, GError **error)
 {
     /* A strict binary-protocol header is checked here, so that garbage is
      * reported in the caller's one log line rather than by the library too. */
@@ -285,6 +294,14 @@ static gboolean sf_frame_transport_answer_one(SfFrameTransport *t, ThriftProtoco
                     "%02x%02x%02x%02x, expected 8001....)",
                     len, frame[0], frame[1], frame[2], frame[3]);
         return FALSE;
+    }
+    if (direct != NULL) {
+        sf_frame_transport_begin_reply(t);
+        if (direct(direct_ctx, t, frame, len)) {
+            sf_frame_transport_end_reply(t);
+            return TRUE;
+        }
+        sf_frame_transport_cancel_reply(t);
     }
     if (len >= 4 && !(frame[0] & 0x80)) {
         frame = sf_frame_transport_make_strict(t, frame, len, &len, error);
@@ -309,7 +326,8 @@ static gboolean sf_frame_transport_answer_one(SfFrameTransport *t, ThriftProtoco
 }
 
 ssize_t sf_frame_transport_answer(SfFrameTransport *t, ThriftProtocol *protocol,
-                                  ThriftProcessor *processor, const uint8_t *buf, size_t len,
+                                  ThriftProcessor *processor, sf_frame_direct_fn direct,
+                                  void *direct_ctx, const uint8_t *buf, size_t len,
                                   size_t max_frame_size, size_t output_room, size_t *frames,
                                   GError **error)
 {
@@ -326,8 +344,8 @@ ssize_t sf_frame_transport_answer(SfFrameTransport *t, ThriftProtocol *protocol,
         }
         if (len - pos - 4 < (size_t)flen)
             break;
-        if (!sf_frame_transport_answer_one(t, protocol, processor, buf + pos + 4, (size_t)flen,
-                                           error))
+        if (!sf_frame_transport_answer_one(t, protocol, processor, direct, direct_ctx,
+                                           buf + pos + 4, (size_t)flen, error))
             return -1;
         (*frames)++;
         pos += 4 + (size_t)flen;

@@ -3,6 +3,7 @@
 #define SF_FRAME_TRANSPORT_H
 
 #include <glib-object.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -39,6 +40,10 @@ void sf_frame_transport_end_reply(SfFrameTransport *t);
 /* Drops the reply begun last, e.g. after the processor failed half-way. */
 void sf_frame_transport_cancel_reply(SfFrameTransport *t);
 
+/* Appends n bytes to the output and returns where they go, for a writer that encodes
+ * in place; valid until the next write or reset. */
+uint8_t *sf_frame_transport_extend(SfFrameTransport *t, size_t n);
+
 /* The output written so far; valid until the next write or reset. */
 const uint8_t *sf_frame_transport_output(const SfFrameTransport *t, size_t *len);
 
@@ -53,15 +58,23 @@ typedef enum {
     SF_FRAME_ERROR_MALFORMED, /* a frame that is not a valid call */
 } sf_frame_error_code;
 
+/* Answers one frame's call without the processor when it can: appends the reply's body
+ * (without the frame length) to t's output and returns true; returns false, having
+ * written nothing, to leave the frame to the processor. */
+typedef bool (*sf_frame_direct_fn)(void *ctx, SfFrameTransport *t, const uint8_t *frame,
+                                   size_t len);
+
 /* The server's path from bytes to replies: answers the complete frames at
- * the start of buf[0..len) through processor (protocol must wrap t), and
+ * the start of buf[0..len) through direct (when not NULL, called with direct_ctx) or
+ * else processor (protocol must wrap t), and
  * appends their framed replies to t's output, stopping before a frame once
  * output_room bytes of replies are waiting. Returns the bytes consumed (a
  * trailing partial frame is left for later) and sets *frames to the number
  * answered; returns -1 with *error, naming the problem, when a frame's length
  * is outside 1..max_frame_size or its content is not a valid call. */
 ssize_t sf_frame_transport_answer(SfFrameTransport *t, ThriftProtocol *protocol,
-                                  ThriftProcessor *processor, const uint8_t *buf, size_t len,
+                                  ThriftProcessor *processor, sf_frame_direct_fn direct,
+                                  void *direct_ctx, const uint8_t *buf, size_t len,
                                   size_t max_frame_size, size_t output_room, size_t *frames,
                                   GError **error);
 

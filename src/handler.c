@@ -157,10 +157,10 @@ static _Thread_local gboolean sf_handler_refused_here;
  * the published view serves at a boot-clock reading taken now and, after (made_under
  * non-NULL), is still the view the ids were made under (no fence, no new worker, no
  * claim in between; a renewal keeps the epoch). Fills *v with the view read. Otherwise
- * fills *unavailable, counts the refusal and returns FALSE: ids made meanwhile are
+ * sets *message to why, counts the refusal and returns FALSE: ids made meanwhile are
  * discarded by the caller, never handed out. */
 static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under,
-                                 sf_handler_view *v, SfThriftServiceUnavailable **unavailable)
+                                 sf_handler_view *v, char **message)
 {
     sf_handler_read_view(h, v);
     int64_t now = v->lease_until != 0 ? sf_clocks_boot_ms() : 0;
@@ -172,9 +172,7 @@ static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under
     char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clocks_boot_ms())
                         : g_strdup("fenced while the id was being made: the worker id may have "
                                    "changed hands; retry");
-    *unavailable = g_object_new(SF_THRIFT_TYPE_SERVICE_UNAVAILABLE, "message",
-                                reason != NULL ? reason : "not serving", NULL);
-    g_free(reason);
+    *message = reason != NULL ? reason : g_strdup("not serving");
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->unavailable_errors, 1,
                               memory_order_relaxed);
     sf_handler_refused_here = TRUE;
@@ -203,170 +201,198 @@ static int64_t sf_handler_wait_budget_ms(const sf_handler_view *v)
     return left > 0 ? left : 0;
 }
 
-/* Fills *agent_error and returns TRUE when agent is longer than max_useragent_length or
+/* Sets *message and returns TRUE when agent is longer than max_useragent_length or
  * breaks the original's grammar. The message quotes at most max_useragent_length bytes
  * of it. */
-static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent,
-                                            SfThriftInvalidUserAgentError **agent_error)
+static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, char **message)
 {
     size_t max = (size_t)h->max_useragent_length;
     size_t len = agent != NULL ? strnlen(agent, max + 1) : 0;
     if (G_LIKELY(agent != NULL && len <= max && sf_useragent_valid(agent)))
         return FALSE;
-    char *msg = len > max
-                    ? g_strdup_printf("invalid user agent: longer than the %zu bytes allowed "
-                                      "(max_useragent_length); it must match %s",
-                                      max, SF_AGENT_GRAMMAR)
-                    : g_strdup_printf("invalid user agent \"%s\": it must match %s",
-                                      agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
-    *agent_error = g_object_new(SF_THRIFT_TYPE_INVALID_USER_AGENT_ERROR, "message", msg, NULL);
-    g_free(msg);
+    *message = len > max
+                   ? g_strdup_printf("invalid user agent: longer than the %zu bytes allowed "
+                                     "(max_useragent_length); it must match %s",
+                                     max, SF_AGENT_GRAMMAR)
+                   : g_strdup_printf("invalid user agent \"%s\": it must match %s",
+                                     agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_agent_errors, 1, memory_order_relaxed);
     return TRUE;
 }
 
-/* Turns a core failure into the declared InvalidSystemClock, keeping the core's message. */
-static void sf_handler_clock_error(SfHandler *h, const sf_error *err,
-                                   SfThriftInvalidSystemClock **clock_error)
+/* Makes count ids under the view checked before, then checks again: a core failure
+ * becomes InvalidSystemClock with the core's message, a failed second check
+ * ServiceUnavailable (the ids are discarded, never handed out). */
+static sf_handler_outcome sf_handler_make_ids(SfHandler *h, const sf_handler_view *before,
+                                              int64_t *ids, size_t count, char **message)
 {
-    *clock_error = g_object_new(SF_THRIFT_TYPE_INVALID_SYSTEM_CLOCK, "message", err->message, NULL);
-    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->clock_errors, 1, memory_order_relaxed);
-}
-
-/* get_worker_id: the worker id in use, -1 while none is held. */
-static gboolean sf_handler_do_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                         GError **error)
-{
-    (void)error;
-    sf_handler_view v;
-    sf_handler_read_view((SfHandler *)iface, &v);
-    *_return = v.worker != NULL ? sf_worker_worker_id(v.worker) : -1;
-    return TRUE;
-}
-
-/* get_datacenter_id: the datacenter id in use, -1 while no worker is held. */
-static gboolean sf_handler_do_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                             GError **error)
-{
-    (void)error;
-    sf_handler_view v;
-    sf_handler_read_view((SfHandler *)iface, &v);
-    *_return = v.worker != NULL ? sf_worker_datacenter_id(v.worker) : -1;
-    return TRUE;
-}
-
-/* get_timestamp: the server's wall clock in Unix milliseconds, as the original. */
-static gboolean sf_handler_do_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                         GError **error)
-{
-    (void)iface;
-    (void)error;
-    *_return = sf_clock_now_ms();
-    return TRUE;
+    sf_error err;
+    sf_handler_view after;
+    if (sf_worker_next_ids_wait_max(before->worker, ids, count,
+                                    sf_handler_wait_budget_ms(before), &err) != SF_OK) {
+        *message = g_strdup(err.message);
+        atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->clock_errors, 1,
+                                  memory_order_relaxed);
+        return SF_HANDLER_INVALID_SYSTEM_CLOCK;
+    }
+    if (!sf_handler_check(h, before, &after, message)) {
+        sf_handler_count_discarded(h, (uint64_t)count);
+        return SF_HANDLER_SERVICE_UNAVAILABLE;
+    }
+    return SF_HANDLER_OK;
 }
 
 /* get_id: checks the agent, then the gate; makes one id, and hands it out only if the
  * check still holds after it was made. */
-static gboolean sf_handler_do_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                  const gchar *useragent,
-                                  SfThriftInvalidSystemClock **clock_error,
-                                  SfThriftInvalidUserAgentError **agent_error,
-                                  SfThriftServiceUnavailable **unavailable, GError **error)
+static sf_handler_outcome sf_handler_do_get_id(SfHandler *h, const char *agent, int64_t *id,
+                                               char **message)
 {
-    (void)error;
-    SfHandler *h = (SfHandler *)iface;
-    sf_handler_view before, after;
-    if (sf_handler_refuse_bad_agent(h, useragent, agent_error) ||
-        !sf_handler_check(h, NULL, &before, unavailable))
-        return FALSE;
-    sf_error err;
-    int64_t id;
-    if (sf_worker_next_ids_wait_max(before.worker, &id, 1, sf_handler_wait_budget_ms(&before),
-                                    &err) != SF_OK) {
-        sf_handler_clock_error(h, &err, clock_error);
-        return FALSE;
-    }
-    if (!sf_handler_check(h, &before, &after, unavailable)) {
-        sf_handler_count_discarded(h, 1);
-        return FALSE;
-    }
-    *_return = id;
-    sf_handler_count_ids(h, useragent, 1);
+    sf_handler_view before;
+    if (sf_handler_refuse_bad_agent(h, agent, message))
+        return SF_HANDLER_INVALID_USER_AGENT;
+    if (!sf_handler_check(h, NULL, &before, message))
+        return SF_HANDLER_SERVICE_UNAVAILABLE;
+    sf_handler_outcome o = sf_handler_make_ids(h, &before, id, 1, message);
+    if (o != SF_HANDLER_OK)
+        return o;
+    sf_handler_count_ids(h, agent, 1);
     if (h->audit != NULL)
-        h->audit(h->audit_ctx, &id, 1, useragent);
-    return TRUE;
+        h->audit(h->audit_ctx, id, 1, agent);
+    return SF_HANDLER_OK;
 }
 
 /* get_ids: like get_id for count ids, count in 1..max_batch_size. */
-static gboolean sf_handler_do_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
-                                   const gchar *useragent, const gint32 count,
-                                   SfThriftInvalidSystemClock **clock_error,
-                                   SfThriftInvalidUserAgentError **agent_error,
-                                   SfThriftInvalidRequestError **request_error,
-                                   SfThriftServiceUnavailable **unavailable, GError **error)
+static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent, int32_t count,
+                                                int64_t *ids, char **message)
 {
-    (void)error;
-    SfHandler *h = (SfHandler *)iface;
-    sf_handler_view before, after;
-    if (sf_handler_refuse_bad_agent(h, useragent, agent_error))
-        return FALSE;
+    sf_handler_view before;
+    if (sf_handler_refuse_bad_agent(h, agent, message))
+        return SF_HANDLER_INVALID_USER_AGENT;
     if (count < 1 || count > h->max_batch_size) {
-        char *msg = g_strdup_printf("count %d is outside the allowed range 1..%d (max_batch_size)",
-                                    (int)count, h->max_batch_size);
-        *request_error = g_object_new(SF_THRIFT_TYPE_INVALID_REQUEST_ERROR, "message", msg, NULL);
-        g_free(msg);
+        *message = g_strdup_printf("count %d is outside the allowed range 1..%d (max_batch_size)",
+                                   (int)count, h->max_batch_size);
         atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_request_errors, 1,
                                   memory_order_relaxed);
-        return FALSE;
+        return SF_HANDLER_INVALID_REQUEST;
     }
-    if (!sf_handler_check(h, NULL, &before, unavailable))
-        return FALSE;
-    GArray *ids = *_return;
-    g_array_set_size(ids, (guint)count);
-    sf_error err;
-    if (sf_worker_next_ids_wait_max(before.worker, (int64_t *)(void *)ids->data, (size_t)count,
-                                    sf_handler_wait_budget_ms(&before), &err) != SF_OK) {
-        g_array_set_size(ids, 0);
-        sf_handler_clock_error(h, &err, clock_error);
-        return FALSE;
-    }
-    if (!sf_handler_check(h, &before, &after, unavailable)) {
-        g_array_set_size(ids, 0);
-        sf_handler_count_discarded(h, (uint64_t)count);
-        return FALSE;
-    }
-    sf_handler_count_ids(h, useragent, (uint64_t)count);
+    if (!sf_handler_check(h, NULL, &before, message))
+        return SF_HANDLER_SERVICE_UNAVAILABLE;
+    sf_handler_outcome o = sf_handler_make_ids(h, &before, ids, (size_t)count, message);
+    if (o != SF_HANDLER_OK)
+        return o;
+    sf_handler_count_ids(h, agent, (uint64_t)count);
     if (h->audit != NULL)
-        h->audit(h->audit_ctx, (const int64_t *)(const void *)ids->data, (size_t)count, useragent);
-    return TRUE;
+        h->audit(h->audit_ctx, ids, (size_t)count, agent);
+    return SF_HANDLER_OK;
 }
 
-/* The service's methods as the processor calls them: each call timed, per method. */
+/* get_worker_id and get_datacenter_id: a field of the worker in use, -1 while none is
+ * held, timed as method m. */
+static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m,
+                                       int64_t (*field)(const sf_worker *))
+{
+    uint64_t t0 = sf_clocks_mono_ns();
+    sf_handler_view v;
+    sf_handler_read_view(h, &v);
+    int64_t id = v.worker != NULL ? field(v.worker) : -1;
+    sf_handler_time(h, m, t0);
+    return id;
+}
+
+/* The service's methods as plain calls, each timed from entry to return. */
+int64_t sf_handler_call_get_worker_id(SfHandler *h)
+{
+    return sf_handler_worker_field(h, SF_HANDLER_GET_WORKER_ID, sf_worker_worker_id);
+}
+
+int64_t sf_handler_call_get_datacenter_id(SfHandler *h)
+{
+    return sf_handler_worker_field(h, SF_HANDLER_GET_DATACENTER_ID, sf_worker_datacenter_id);
+}
+
+int64_t sf_handler_call_get_timestamp(SfHandler *h)
+{
+    uint64_t t0 = sf_clocks_mono_ns();
+    int64_t now = sf_clock_now_ms();
+    sf_handler_time(h, SF_HANDLER_GET_TIMESTAMP, t0);
+    return now;
+}
+
+sf_handler_outcome sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id,
+                                          char **message)
+{
+    uint64_t t0 = sf_clocks_mono_ns();
+    sf_handler_outcome o = sf_handler_do_get_id(h, agent, id, message);
+    sf_handler_time(h, SF_HANDLER_GET_ID, t0);
+    return o;
+}
+
+sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count,
+                                           int64_t *ids, char **message)
+{
+    uint64_t t0 = sf_clocks_mono_ns();
+    sf_handler_outcome o = sf_handler_do_get_ids(h, agent, count, ids, message);
+    sf_handler_time(h, SF_HANDLER_GET_IDS, t0);
+    return o;
+}
+
+int sf_handler_max_batch_size(const SfHandler *h)
+{
+    return h->max_batch_size;
+}
+
+/* Turns a refusal into the declared exception the generated processor writes, taking
+ * message; request is NULL for a method that does not declare InvalidRequestError. */
+static void sf_handler_raise(sf_handler_outcome o, char *message,
+                             SfThriftInvalidSystemClock **clock_error,
+                             SfThriftInvalidUserAgentError **agent_error,
+                             SfThriftInvalidRequestError **request_error,
+                             SfThriftServiceUnavailable **unavailable)
+{
+    switch (o) {
+    case SF_HANDLER_INVALID_SYSTEM_CLOCK:
+        *clock_error = g_object_new(SF_THRIFT_TYPE_INVALID_SYSTEM_CLOCK, "message", message, NULL);
+        break;
+    case SF_HANDLER_INVALID_USER_AGENT:
+        *agent_error =
+            g_object_new(SF_THRIFT_TYPE_INVALID_USER_AGENT_ERROR, "message", message, NULL);
+        break;
+    case SF_HANDLER_INVALID_REQUEST:
+        *request_error =
+            g_object_new(SF_THRIFT_TYPE_INVALID_REQUEST_ERROR, "message", message, NULL);
+        break;
+    case SF_HANDLER_SERVICE_UNAVAILABLE:
+        *unavailable = g_object_new(SF_THRIFT_TYPE_SERVICE_UNAVAILABLE, "message", message, NULL);
+        break;
+    case SF_HANDLER_OK:
+        break;
+    }
+    g_free(message);
+}
+
+/* The service's methods as the generated processor calls them, through the vtable. */
 static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
-    uint64_t t0 = sf_clocks_mono_ns();
-    gboolean ok = sf_handler_do_get_worker_id(iface, _return, error);
-    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_WORKER_ID, t0);
-    return ok;
+    (void)error;
+    *_return = sf_handler_call_get_worker_id((SfHandler *)iface);
+    return TRUE;
 }
 
 static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                              GError **error)
 {
-    uint64_t t0 = sf_clocks_mono_ns();
-    gboolean ok = sf_handler_do_get_datacenter_id(iface, _return, error);
-    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_DATACENTER_ID, t0);
-    return ok;
+    (void)error;
+    *_return = sf_handler_call_get_datacenter_id((SfHandler *)iface);
+    return TRUE;
 }
 
 static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
                                          GError **error)
 {
-    uint64_t t0 = sf_clocks_mono_ns();
-    gboolean ok = sf_handler_do_get_timestamp(iface, _return, error);
-    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_TIMESTAMP, t0);
-    return ok;
+    (void)error;
+    *_return = sf_handler_call_get_timestamp((SfHandler *)iface);
+    return TRUE;
 }
 
 static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
@@ -375,11 +401,16 @@ static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
                                   SfThriftInvalidUserAgentError **agent_error,
                                   SfThriftServiceUnavailable **unavailable, GError **error)
 {
-    uint64_t t0 = sf_clocks_mono_ns();
-    gboolean ok = sf_handler_do_get_id(iface, _return, useragent, clock_error, agent_error,
-                                       unavailable, error);
-    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_ID, t0);
-    return ok;
+    (void)error;
+    char *message = NULL;
+    int64_t id;
+    sf_handler_outcome o = sf_handler_call_get_id((SfHandler *)iface, useragent, &id, &message);
+    if (o == SF_HANDLER_OK) {
+        *_return = id;
+        return TRUE;
+    }
+    sf_handler_raise(o, message, clock_error, agent_error, NULL, unavailable);
+    return FALSE;
 }
 
 static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
@@ -389,11 +420,20 @@ static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
                                    SfThriftInvalidRequestError **request_error,
                                    SfThriftServiceUnavailable **unavailable, GError **error)
 {
-    uint64_t t0 = sf_clocks_mono_ns();
-    gboolean ok = sf_handler_do_get_ids(iface, _return, useragent, count, clock_error,
-                                        agent_error, request_error, unavailable, error);
-    sf_handler_time((SfHandler *)iface, SF_HANDLER_GET_IDS, t0);
-    return ok;
+    (void)error;
+    SfHandler *h = (SfHandler *)iface;
+    GArray *ids = *_return;
+    gboolean fits = count >= 1 && count <= h->max_batch_size;
+    if (fits)
+        g_array_set_size(ids, (guint)count);
+    char *message = NULL;
+    sf_handler_outcome o = sf_handler_call_get_ids(
+        h, useragent, count, fits ? (int64_t *)(void *)ids->data : NULL, &message);
+    if (o == SF_HANDLER_OK)
+        return TRUE;
+    g_array_set_size(ids, 0);
+    sf_handler_raise(o, message, clock_error, agent_error, request_error, unavailable);
+    return FALSE;
 }
 
 SfHandler *sf_handler_new(const sf_handler_options *o)

@@ -110,6 +110,31 @@ typedef enum {
     SF_HANDLER_METHODS
 } sf_handler_method;
 
+/* How a call ended: answered, or refused with one of the service's declared exceptions. */
+typedef enum {
+    SF_HANDLER_OK = 0,
+    SF_HANDLER_INVALID_SYSTEM_CLOCK, /* the clock is behind the last id or out of range */
+    SF_HANDLER_INVALID_USER_AGENT,   /* too long, or not [a-zA-Z][a-zA-Z\-0-9]* */
+    SF_HANDLER_INVALID_REQUEST,      /* get_ids: count outside 1..max_batch_size */
+    SF_HANDLER_SERVICE_UNAVAILABLE,  /* no worker id held, gate closed, lease out, fenced */
+} sf_handler_outcome;
+
+/* The service's methods as plain calls, for a caller that decodes the call and encodes
+ * the reply itself; the Thrift processor reaches the same code through the handler's
+ * vtable, so both are timed, counted and audited alike. A refusal returns its outcome
+ * and sets *message to the exception's message (newly allocated: g_free it). */
+int64_t sf_handler_call_get_worker_id(SfHandler *h);
+int64_t sf_handler_call_get_datacenter_id(SfHandler *h);
+int64_t sf_handler_call_get_timestamp(SfHandler *h);
+sf_handler_outcome sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id,
+                                          char **message);
+
+/* ids must have room for count ids when count is within 1..sf_handler_max_batch_size(h);
+ * any other count is refused before ids is touched (it may then be NULL). */
+sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count,
+                                           int64_t *ids, char **message);
+int sf_handler_max_batch_size(const SfHandler *h);
+
 /* Calls fn once per method, in the order above, with its timings summed over threads. */
 typedef void (*sf_handler_timing_fn)(const char *method, const sf_latency_snapshot *timing,
                                      void *ctx);

@@ -101,6 +101,8 @@ struct sf_server {
     sf_server_options opts;
     char *bind_address;
     ThriftProcessor *processor;
+    sf_frame_direct_fn direct; /* answers the calls it knows first; NULL = none */
+    void *direct_ctx;
     int listen_fd;           /* bound; listening while `listening` (thread 0 owns both) */
     int port;
     bool listening;
@@ -363,9 +365,10 @@ static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, siz
     size_t pending = c->out_len - c->out_off, frames = 0;
     size_t room = pending < SF_OUT_HIGH_WATER ? SF_OUT_HIGH_WATER - pending : 0;
     GError *err = NULL;
-    ssize_t used = sf_frame_transport_answer(t->transport, t->protocol, t->server->processor, buf,
-                                             len, (size_t)t->server->opts.max_frame_size, room,
-                                             &frames, &err);
+    sf_server *s = t->server;
+    ssize_t used = sf_frame_transport_answer(t->transport, t->protocol, s->processor, s->direct,
+                                             s->direct_ctx, buf, len,
+                                             (size_t)s->opts.max_frame_size, room, &frames, &err);
     sf_bump(&t->stats.frames_processed, frames);
     if (used < 0) {
         sf_server_log_limited(&t->server->bad_frame_log, G_LOG_LEVEL_MESSAGE,
@@ -1002,6 +1005,12 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         t->protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t->transport));
     }
     return s;
+}
+
+void sf_server_set_direct(sf_server *s, sf_frame_direct_fn direct, void *ctx)
+{
+    s->direct = direct;
+    s->direct_ctx = ctx;
 }
 
 int sf_server_port(const sf_server *s)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <thrift/c_glib/processor/thrift_processor.h>
 
+#include "frame_transport.h"
 #include "server_options.h"
 
 typedef struct sf_server sf_server;
@@ -43,6 +44,10 @@ typedef struct sf_server_stats {
  * the reason, when the options are out of range or the bind fails. */
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
                          GError **error);
+
+/* Lets direct answer the calls it knows without the processor (see sf_frame_direct_fn);
+ * the processor answers the rest. Call before sf_server_start. */
+void sf_server_set_direct(sf_server *s, sf_frame_direct_fn direct, void *ctx);
 
 /* The port actually bound (the chosen one when opts.port was 0). */
 int sf_server_port(const sf_server *s);

@@ -13,6 +13,7 @@
 #include "admin.h"
 #include "audit.h"
 #include "config.h"
+#include "direct_codec.h"
 #include "handler.h"
 #include "notify.h"
 #include "peer.h"
@@ -239,6 +240,8 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     }
     d->server = sf_server_new(&so, proc, &err);
     g_object_unref(proc);
+    if (d->server != NULL)
+        sf_server_set_direct(d->server, sf_direct_answer, d->handler);
     if (d->server == NULL || !sf_server_start(d->server, &err)) {
         g_critical("%s", err->message);
         g_error_free(err);

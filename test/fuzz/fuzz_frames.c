@@ -1,5 +1,6 @@
 /* fuzz_frames.c -- fuzz target: arbitrary bytes down the server's path from a
- * client's stream to frames, the Thrift processor, the handler and the replies.
+ * client's stream to frames, the direct codec or the Thrift processor, the handler and
+ * the replies.
  * Whatever arrives, the path must answer, or refuse with a message; never
  * crash, leak, hang or hand out an id that breaks the layout. */
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <thrift/c_glib/thrift_application_exception.h>
 
 #include "bounded_protocol.h"
+#include "direct_codec.h"
 #include "frame_transport.h"
 #include "handler.h"
 #include "snowflake.h"
@@ -24,6 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static SfFrameTransport *fuzz_transport;
 static ThriftProtocol *fuzz_protocol;
 static ThriftProcessor *fuzz_processor;
+static SfHandler *fuzz_handler; /* held by the processor */
 
 /* A handler with the default limits and get_ids' count bounded by max_batch. */
 static SfHandler *new_handler(int max_batch)
@@ -51,6 +54,7 @@ static void fuzz_frames_init(void)
     sf_handler_publish(handler, w, TRUE, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
+    fuzz_handler = handler;
     /* The first unknown method name creates this class for good; made here,
      * it is not mistaken for a leak of the input that happened to need it. */
     g_type_class_ref(THRIFT_TYPE_APPLICATION_EXCEPTION);
@@ -64,9 +68,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_frames_init();
     size_t frames = 0;
     GError *error = NULL;
-    ssize_t used = sf_frame_transport_answer(fuzz_transport, fuzz_protocol, fuzz_processor, data,
-                                             size, FUZZ_MAX_FRAME_SIZE, 1024 * 1024, &frames,
-                                             &error);
+    ssize_t used = sf_frame_transport_answer(fuzz_transport, fuzz_protocol, fuzz_processor,
+                                             sf_direct_answer, fuzz_handler, data, size,
+                                             FUZZ_MAX_FRAME_SIZE, 1024 * 1024, &frames, &error);
     if (used < 0 && (error == NULL || error->message[0] == '\0'))
         abort(); /* a refusal must say why */
     if (used > (ssize_t)size)

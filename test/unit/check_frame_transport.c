@@ -2,12 +2,14 @@
  * in-memory transport (reads bounded by the frame, replies framed with their length) and
  * sf_frame_transport_answer over the real processor and handler: whole frames answered,
  * a trailing partial frame left, lengths outside 1..max_frame_size and malformed calls
- * refused, the output room respected. */
+ * refused, the output room respected; the direct codec answering the calls it knows and
+ * leaving the rest to the processor. */
 #include <check.h>
 #include <string.h>
 #include <thrift/c_glib/thrift_application_exception.h>
 
 #include "bounded_protocol.h"
+#include "direct_codec.h"
 #include "frame_transport.h"
 #include "hand_frames.h"
 #include "handler.h"
@@ -110,8 +112,8 @@ START_TEST(whole_frames_answered_partial_frame_left)
     hand_append_call(wire, "get_timestamp", 3, NULL, 0);
     size_t frames = 0;
     GError *error = NULL;
-    ssize_t used = sf_frame_transport_answer(t, protocol, processor, wire->data, wire->len - 3,
-                                             65536, 1 << 20, &frames, &error);
+    ssize_t used = sf_frame_transport_answer(t, protocol, processor, NULL, NULL, wire->data,
+                                             wire->len - 3, 65536, 1 << 20, &frames, &error);
     ck_assert_msg(used >= 0, "%s", error ? error->message : "");
     ck_assert_int_eq(used, whole);
     ck_assert_uint_eq(frames, 2);
@@ -137,12 +139,14 @@ START_TEST(lengths_outside_the_limit_refused)
     const uint8_t huge[] = {0, 1, 0, 1, 0};
     size_t frames = 0;
     GError *error = NULL;
-    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, empty, sizeof empty, 64,
-                                               1 << 20, &frames, &error), -1);
+    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, NULL, NULL, empty,
+                                               sizeof empty, 64, 1 << 20, &frames, &error),
+                     -1);
     ck_assert(g_error_matches(error, SF_FRAME_ERROR, SF_FRAME_ERROR_LENGTH));
     g_clear_error(&error);
-    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, huge, sizeof huge, 64,
-                                               1 << 20, &frames, &error), -1);
+    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, NULL, NULL, huge,
+                                               sizeof huge, 64, 1 << 20, &frames, &error),
+                     -1);
     ck_assert(g_error_matches(error, SF_FRAME_ERROR, SF_FRAME_ERROR_LENGTH));
     ck_assert_msg(strstr(error->message, "65537") != NULL, "%s", error->message);
     g_clear_error(&error);
@@ -155,8 +159,9 @@ START_TEST(malformed_call_refused)
     const uint8_t frame[] = {0, 0, 0, 13, 0x80, 0x01, 0x00, 0x02, 0, 0, 0, 1, 'x', 0, 0, 0, 1};
     size_t frames = 0;
     GError *error = NULL;
-    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, frame, sizeof frame,
-                                               65536, 1 << 20, &frames, &error), -1);
+    ck_assert_int_eq(sf_frame_transport_answer(t, protocol, processor, NULL, NULL, frame,
+                                               sizeof frame, 65536, 1 << 20, &frames, &error),
+                     -1);
     ck_assert(g_error_matches(error, SF_FRAME_ERROR, SF_FRAME_ERROR_MALFORMED));
     g_clear_error(&error);
 }
@@ -170,13 +175,54 @@ START_TEST(output_room_stops_before_a_frame)
     size_t frames = 0;
     GError *error = NULL;
     /* Room for about one reply: the rest waits for the replies to leave. */
-    ssize_t used = sf_frame_transport_answer(t, protocol, processor, wire->data, wire->len, 65536,
-                                             1, &frames, &error);
+    ssize_t used = sf_frame_transport_answer(t, protocol, processor, NULL, NULL, wire->data,
+                                             wire->len, 65536, 1, &frames, &error);
     ck_assert_msg(used > 0, "%s", error ? error->message : "");
     ck_assert_uint_lt(frames, 10);
     ck_assert_uint_ge(frames, 1);
     ck_assert_int_lt(used, wire->len);
     g_byte_array_free(wire, TRUE);
+}
+END_TEST
+
+/* The direct codec answers through its own handler (here another one, serving worker 21),
+ * so each reply shows which path made it: the five calls directly, an unknown method, or
+ * a call in a shape the codec does not take (extra field), through the processor. */
+START_TEST(direct_answers_known_calls_processor_the_rest)
+{
+    sf_handler_options ho;
+    sf_handler_options_init(&ho);
+    SfHandler *direct_handler = sf_handler_new(&ho);
+    sf_worker_options wo;
+    sf_worker_options_init(&wo);
+    wo.worker_id = 21;
+    sf_worker *w = sf_worker_new(&wo, NULL);
+    ck_assert_ptr_nonnull(w);
+    sf_handler_publish(direct_handler, w, TRUE, 0, NULL);
+    GByteArray *wire = g_byte_array_new();
+    hand_append_call(wire, "get_worker_id", 1, NULL, 0);
+    const uint8_t extra[] = {8, 0, 7, 0, 0, 0, 1}; /* 7: i32 1, which no method declares */
+    hand_append_call(wire, "get_worker_id", 2, extra, sizeof extra);
+    hand_append_call(wire, "get_worker_idz", 3, NULL, 0);
+    size_t frames = 0;
+    GError *error = NULL;
+    ssize_t used = sf_frame_transport_answer(t, protocol, processor, sf_direct_answer,
+                                             direct_handler, wire->data, wire->len, 65536,
+                                             1 << 20, &frames, &error);
+    ck_assert_msg(used == (ssize_t)wire->len, "%s", error ? error->message : "");
+    ck_assert_uint_eq(frames, 3);
+    size_t len;
+    const uint8_t *out = sf_frame_transport_output(t, &len);
+    uint32_t first = hand_get32(out);
+    ck_assert_uint_eq(hand_get32(out + 4 + first - 5), 21); /* the direct path */
+    const uint8_t *second = out + 4 + first;
+    uint32_t second_len = hand_get32(second);
+    ck_assert_uint_eq(hand_get32(second + 4 + second_len - 5), 9); /* the processor */
+    const uint8_t *third = second + 4 + second_len;
+    ck_assert_uint_eq(hand_get32(third + 4), 0x80010003u); /* T_EXCEPTION: unknown method */
+    ck_assert_uint_eq(len, (size_t)(third + 4 + hand_get32(third) - out));
+    g_byte_array_free(wire, TRUE);
+    g_object_unref(direct_handler);
 }
 END_TEST
 
@@ -196,6 +242,7 @@ int main(void)
     tcase_add_test(svc, lengths_outside_the_limit_refused);
     tcase_add_test(svc, malformed_call_refused);
     tcase_add_test(svc, output_room_stops_before_a_frame);
+    tcase_add_test(svc, direct_answers_known_calls_processor_the_rest);
     suite_add_tcase(s, svc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
