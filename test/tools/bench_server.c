@@ -12,6 +12,12 @@
  *   get_ids  the same with get_ids(--count): ids/s
  *   idle     open C connections, take one id on each, hold them for T seconds
  *
+ * Closed loop (the default), each reply sends the next request at once. Open loop
+ * (--rate R), requests are due on a fixed schedule, R per second over all connections,
+ * each sent on an idle connection; its latency counts from when it was due, so a slow
+ * reply that holds up the requests behind it is counted in full (no coordinated
+ * omission). A request due while every connection waits is sent when one frees.
+ *
  * The last line printed is "bench_server: key=value ..." for scripts to parse. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -64,6 +71,7 @@ typedef struct bench_options {
     double seconds;
     bench_mode mode;
     int count; /* ids per get_ids call */
+    long rate; /* open loop: requests due per second; 0 = closed loop */
 } bench_options;
 
 typedef enum { CONN_CONNECTING, CONN_READY, CONN_WAITING, CONN_CLOSED } conn_state;
@@ -117,6 +125,13 @@ typedef struct bench_state {
     bench_hist hist;
     bench_stats stats;
     bool sending; /* false once the measuring window has closed */
+    /* open loop */
+    int64_t next_due_ns;  /* when the next request is due */
+    int64_t interval_ns;  /* between two requests' due times */
+    bench_conn **idle;    /* connections with no request in flight */
+    int nidle;
+    uint64_t sent_late;   /* requests that found every connection busy when due */
+    int64_t waited_due_ns; /* the due time last counted in sent_late */
 } bench_state;
 
 /* Maps a latency to its histogram bucket. */
@@ -397,8 +412,28 @@ static void conn_send(bench_state *st, bench_conn *c)
     c->in_len = 0;
 }
 
+/* Open loop: sends every request now due, each on an idle connection, its latency
+ * counted from when it was due; what finds no idle connection waits for one. */
+static void open_loop_dispatch(bench_state *st, int64_t now)
+{
+    while (st->sending && st->next_due_ns <= now && st->nidle > 0) {
+        bench_conn *c = st->idle[--st->nidle];
+        if (c->state != CONN_READY)
+            continue;
+        conn_send(st, c);
+        c->sent_at_ns = st->next_due_ns;
+        st->next_due_ns += st->interval_ns;
+    }
+    if (st->sending && st->next_due_ns <= now && st->nidle == 0 &&
+        st->waited_due_ns != st->next_due_ns) {
+        st->waited_due_ns = st->next_due_ns;
+        st->sent_late++;
+    }
+}
+
 /* Handles one complete reply frame: validates it, records the latency and, while
- * the window is open, sends the next request. */
+ * the window is open, sends the next request (closed loop) or frees the connection
+ * for the next one due (open loop). */
 static void conn_reply(bench_state *st, bench_conn *c, int64_t now)
 {
     const uint8_t *payload = c->in + 4;
@@ -419,8 +454,12 @@ static void conn_reply(bench_state *st, bench_conn *c, int64_t now)
     c->state = CONN_READY;
     c->sent = 0;
     c->in_len = 0;
-    if (st->sending)
+    if (st->sending && st->opt.rate == 0) {
         conn_send(st, c);
+    } else if (st->sending) {
+        st->idle[st->nidle++] = c;
+        open_loop_dispatch(st, load_now_ns());
+    }
 }
 
 /* Reads what the socket holds; a connection has at most one reply in flight, so
@@ -534,11 +573,14 @@ static int count_state(const bench_state *st, conn_state s)
     return n;
 }
 
-/* One round of the event loop: waits up to timeout_ms and dispatches events. */
-static void loop_once(bench_state *st, int timeout_ms)
+/* One round of the event loop: waits up to timeout_ns and dispatches events. The wait
+ * is to the nanosecond (epoll_pwait2), so an open loop sends on time. */
+static void loop_once(bench_state *st, int64_t timeout_ns)
 {
     struct epoll_event events[256];
-    int n = epoll_wait(st->epfd, events, 256, timeout_ms);
+    struct timespec timeout = {.tv_sec = timeout_ns / 1000000000,
+                               .tv_nsec = timeout_ns % 1000000000};
+    int n = epoll_pwait2(st->epfd, events, 256, &timeout, NULL);
     if (n < 0) {
         if (errno != EINTR)
             note_error(st, "epoll_wait: %s", strerror(errno));
@@ -564,13 +606,11 @@ static void loop_once(bench_state *st, int timeout_ms)
     }
 }
 
-/* Milliseconds until deadline_ns, rounded up, at least 0. */
-static int ms_until(int64_t deadline_ns)
+/* Nanoseconds until deadline_ns, at least 0. */
+static int64_t ns_until(int64_t deadline_ns)
 {
     int64_t left = deadline_ns - load_now_ns();
-    if (left <= 0)
-        return 0;
-    return (int)((left + 999999) / 1000000);
+    return left > 0 ? left : 0;
 }
 
 /* Connects every connection, giving up after a timeout. */
@@ -586,7 +626,7 @@ static bool connect_all(bench_state *st, const struct sockaddr_in *addr)
                     st->opt.port);
             return false;
         }
-        loop_once(st, ms_until(deadline));
+        loop_once(st, ns_until(deadline));
     }
     if (st->stats.errors > 0) {
         fprintf(stderr, "bench_server: %s\n", st->stats.first_error);
@@ -602,10 +642,24 @@ static void run_load(bench_state *st, int64_t *elapsed_ns)
     st->sending = true;
     int64_t start = load_now_ns();
     int64_t end = start + (int64_t)(st->opt.seconds * 1e9);
-    for (int i = 0; i < st->opt.connections; i++)
-        conn_send(st, &st->conns[i]);
-    while (!load_stop_requested && load_now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections)
-        loop_once(st, ms_until(end));
+    if (st->opt.rate == 0) {
+        for (int i = 0; i < st->opt.connections; i++)
+            conn_send(st, &st->conns[i]);
+    } else {
+        st->interval_ns = 1000000000LL / st->opt.rate;
+        st->next_due_ns = start;
+        for (int i = st->opt.connections - 1; i >= 0; i--)
+            st->idle[st->nidle++] = &st->conns[i];
+    }
+    while (!load_stop_requested && load_now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections) {
+        int64_t wait = ns_until(end);
+        if (st->opt.rate != 0) {
+            open_loop_dispatch(st, load_now_ns());
+            int64_t due = st->nidle > 0 ? ns_until(st->next_due_ns) : wait;
+            wait = due < wait ? due : wait;
+        }
+        loop_once(st, wait);
+    }
     int64_t stop = load_now_ns();
     *elapsed_ns = (stop < end ? stop : end) - start;
     st->sending = false;
@@ -615,7 +669,7 @@ static void run_load(bench_state *st, int64_t *elapsed_ns)
         memcpy(counted_hist, &st->hist, sizeof *counted_hist);
     int64_t drain_end = load_now_ns() + BENCH_DRAIN_TIMEOUT_NS;
     while (count_state(st, CONN_WAITING) > 0 && load_now_ns() < drain_end)
-        loop_once(st, ms_until(drain_end));
+        loop_once(st, ns_until(drain_end));
     /* Replies that arrive after the window are checked, not counted. */
     uint64_t late_errors = st->stats.errors - counted.errors;
     char first_error[sizeof st->stats.first_error];
@@ -638,13 +692,13 @@ static void run_idle(bench_state *st)
         conn_send(st, &st->conns[i]);
     int64_t deadline = load_now_ns() + BENCH_CONNECT_TIMEOUT_NS;
     while (count_state(st, CONN_WAITING) > 0 && load_now_ns() < deadline && !load_stop_requested)
-        loop_once(st, ms_until(deadline));
+        loop_once(st, ns_until(deadline));
     int open = count_state(st, CONN_READY);
     printf("bench_server: holding %d idle connections\n", open);
     fflush(stdout);
     int64_t end = load_now_ns() + (int64_t)(st->opt.seconds * 1e9);
     while (!load_stop_requested && load_now_ns() < end)
-        loop_once(st, ms_until(end) > 1000 ? 1000 : ms_until(end));
+        loop_once(st, ns_until(end) > 1000000000 ? 1000000000 : ns_until(end));
 }
 
 /* Raises the open-file limit to what the connections need, if the hard limit allows. */
@@ -668,13 +722,16 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_server --port N [--host ADDR] [--connections C] [--seconds T]\n"
-            "                    [--mode get_id|get_ids|idle] [--count N]\n"
+            "                    [--mode get_id|get_ids|idle] [--count N] [--rate R]\n"
             "  --host         server address (default 127.0.0.1)\n"
             "  --port         server port, 1..65535 (required)\n"
             "  --connections  concurrent connections, 1..1000000 (default 1)\n"
             "  --seconds      length of the run or of the idle hold, >0 (default 5)\n"
             "  --mode         get_id (calls/s, latency), get_ids (ids/s) or idle (default get_id)\n"
-            "  --count        ids per get_ids call, 1..1000000 (default 1000)\n");
+            "  --count        ids per get_ids call, 1..1000000 (default 1000)\n"
+            "  --rate         open loop: R requests due per second over all connections,\n"
+            "                 latency counted from when each was due, 1..100000000\n"
+            "                 (default: closed loop, each reply sends the next request)\n");
 }
 
 /* Parses a whole decimal integer in [min, max]; false otherwise. */
@@ -696,7 +753,8 @@ static void parse_options(int argc, char **argv, bench_options *opt)
         {"host", required_argument, NULL, 'h'},  {"port", required_argument, NULL, 'p'},
         {"connections", required_argument, NULL, 'c'},
         {"seconds", required_argument, NULL, 's'}, {"mode", required_argument, NULL, 'm'},
-        {"count", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'H'},
+        {"count", required_argument, NULL, 'n'}, {"rate", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'H'},
         {NULL, 0, NULL, 0}};
     *opt = (bench_options){.host = "127.0.0.1", .port = 0, .connections = 1, .seconds = 5,
                            .mode = MODE_GET_ID, .count = 1000};
@@ -751,6 +809,12 @@ static void parse_options(int argc, char **argv, bench_options *opt)
             }
             opt->count = (int)v;
             break;
+        case 'r':
+            if (!parse_long(optarg, 1, 100000000, &opt->rate)) {
+                fprintf(stderr, "bench_server: --rate %s: expected 1..100000000\n", optarg);
+                exit(2);
+            }
+            break;
         case 'H':
             usage(stdout);
             exit(0);
@@ -797,13 +861,17 @@ static void report(const bench_state *st, int64_t elapsed_ns)
     printf("%s: %d connections, %.2f s: %" PRIu64 " calls, %.0f calls/s, %.0f ids/s\n", mode,
            st->opt.connections, secs, st->stats.replies, calls, ids);
     printf("latency us: p50 %.1f  p99 %.1f  p999 %.1f  max %.1f\n", p50, p99, p999, max);
+    if (st->opt.rate != 0)
+        printf("open loop: %ld requests due per second; %" PRIu64 " found every connection "
+               "busy when due\n", st->opt.rate, st->sent_late);
     if (st->stats.errors > 0)
         printf("errors: %" PRIu64 " (first: %s)\n", st->stats.errors, st->stats.first_error);
     printf("bench_server: mode=%s connections=%d count=%d seconds=%.3f calls=%" PRIu64
            " calls_per_s=%.0f ids_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f"
-           " errors=%" PRIu64 "\n",
+           " rate=%ld sent_late=%" PRIu64 " errors=%" PRIu64 "\n",
            mode, st->opt.connections, st->opt.mode == MODE_GET_IDS ? st->opt.count : 1, secs,
-           st->stats.replies, calls, ids, p50, p99, p999, max, st->stats.errors);
+           st->stats.replies, calls, ids, p50, p99, p999, max, st->opt.rate, st->sent_late,
+           st->stats.errors);
 }
 
 int main(int argc, char **argv)
@@ -818,14 +886,20 @@ int main(int argc, char **argv)
     struct sockaddr_in addr;
     resolve(&st->opt, &addr);
     raise_fd_limit(st->opt.connections);
+    /* Open loop: wake on the due time, not up to the default 50 us timer slack after it,
+     * which would be counted as the server's latency. */
+    if (st->opt.rate != 0 && prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0) != 0)
+        fprintf(stderr, "bench_server: warning: cannot set the timer slack: %s\n",
+                strerror(errno));
     load_catch_signals();
 
     if (!encode_request(st))
         return 1;
     decoder_init(st);
     st->conns = calloc((size_t)st->opt.connections, sizeof *st->conns);
+    st->idle = calloc((size_t)st->opt.connections, sizeof *st->idle);
     st->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (st->conns == NULL || st->epfd < 0) {
+    if (st->conns == NULL || st->idle == NULL || st->epfd < 0) {
         fprintf(stderr, "bench_server: cannot set up %d connections: %s\n", st->opt.connections,
                 st->conns ? strerror(errno) : "out of memory");
         return 1;
@@ -864,6 +938,7 @@ int main(int argc, char **argv)
     }
     close(st->epfd);
     free(st->conns);
+    free(st->idle);
     free(st->request);
     decoder_free(st);
     free(st);
