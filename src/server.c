@@ -1054,6 +1054,7 @@ gboolean sf_server_start(sf_server *s, GError **error)
         }
         t->started = true;
     }
+    g_message("answering on %d threads, each its own epoll loop", s->nthreads);
     return TRUE;
 }
 
