@@ -1,5 +1,7 @@
 /* bounded_protocol.c -- SfBoundedProtocol: the binary protocol, with every read that
- * opens a struct or container counted against SF_BOUNDED_PROTOCOL_MAX_DEPTH.
+ * opens a struct or container counted against SF_BOUNDED_PROTOCOL_MAX_DEPTH, and every
+ * string's claimed length checked against what the transport holds before anything is
+ * allocated for it.
  *
  * thrift_protocol_skip() in Thrift 0.17 c_glib recurses once per level and goes on
  * after an error, reading field headers and element counts from whatever follows. So
@@ -9,6 +11,7 @@
 #include "bounded_protocol.h"
 
 #include <thrift/c_glib/protocol/thrift_protocol.h>
+#include <thrift/c_glib/transport/thrift_transport.h>
 
 struct _SfBoundedProtocol {
     ThriftBinaryProtocol parent;
@@ -187,6 +190,78 @@ static gint32 sf_bounded_protocol_read_set_end(ThriftProtocol *protocol, GError 
     return SF_BP_PARENT->read_set_end(protocol, error);
 }
 
+/* Reads a string's length and, when positive, checks that the transport still holds that
+ * many bytes. Thrift 0.17's binary protocol allocates the claimed length before it reads,
+ * so a frame of a few bytes claiming 2 GiB would make a 2 GiB allocation, which aborts
+ * the process under a memory limit (ulimit -v, strict overcommit). */
+static gint32 sf_bounded_protocol_read_length(ThriftProtocol *protocol, gint32 *len,
+                                              GError **error)
+{
+    SfBoundedProtocol *p = SF_BP(protocol);
+    *len = 0;
+    if (p->tripped)
+        return sf_bounded_protocol_refuse(error);
+    gint32 ret = thrift_protocol_read_i32(protocol, len, error);
+    if (ret < 0) {
+        p->tripped = TRUE;
+        return -1;
+    }
+    ThriftTransportClass *tc = THRIFT_TRANSPORT_GET_CLASS(protocol->transport);
+    if (*len > 0 && tc->checkReadBytesAvailable != NULL &&
+        !tc->checkReadBytesAvailable(protocol->transport, *len, error)) {
+        p->tripped = TRUE;
+        *len = 0;
+        return -1;
+    }
+    return ret;
+}
+
+/* The library's read_string, with the length checked before the allocation: NULL for an
+ * empty or negative length, as the library gives. */
+static gint32 sf_bounded_protocol_read_string(ThriftProtocol *protocol, gchar **str,
+                                              GError **error)
+{
+    gint32 len;
+    *str = NULL;
+    gint32 ret = sf_bounded_protocol_read_length(protocol, &len, error);
+    if (ret < 0 || len <= 0)
+        return ret;
+    *str = g_new0(gchar, (gsize)len + 1);
+    gint32 got = thrift_transport_read_all(protocol->transport, *str, (guint32)len, error);
+    if (got < 0) {
+        g_free(*str);
+        *str = NULL;
+        SF_BP(protocol)->tripped = TRUE;
+        return -1;
+    }
+    return ret + got;
+}
+
+/* The library's read_binary (what skipping a string field reads), likewise. */
+static gint32 sf_bounded_protocol_read_binary(ThriftProtocol *protocol, gpointer *buf,
+                                              guint32 *len, GError **error)
+{
+    gint32 claimed;
+    *buf = NULL;
+    *len = 0;
+    gint32 ret = sf_bounded_protocol_read_length(protocol, &claimed, error);
+    if (ret < 0)
+        return ret;
+    *len = (guint32)claimed;
+    if (claimed <= 0)
+        return ret;
+    *buf = g_new(guchar, (gsize)claimed);
+    gint32 got = thrift_transport_read_all(protocol->transport, *buf, (guint32)claimed, error);
+    if (got < 0) {
+        g_free(*buf);
+        *buf = NULL;
+        *len = 0;
+        SF_BP(protocol)->tripped = TRUE;
+        return -1;
+    }
+    return ret + got;
+}
+
 /* The binary protocol's finalize does not chain up (see thrift_fix.c) and holds no state
  * of its own: go straight to ThriftProtocol's. */
 static void sf_bounded_protocol_finalize(GObject *object)
@@ -216,6 +291,8 @@ static void sf_bounded_protocol_class_init(SfBoundedProtocolClass *klass)
     pc->read_list_end = sf_bounded_protocol_read_list_end;
     pc->read_set_begin = sf_bounded_protocol_read_set_begin;
     pc->read_set_end = sf_bounded_protocol_read_set_end;
+    pc->read_string = sf_bounded_protocol_read_string;
+    pc->read_binary = sf_bounded_protocol_read_binary;
 }
 
 ThriftProtocol *sf_bounded_protocol_new(ThriftTransport *transport)

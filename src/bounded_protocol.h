@@ -1,8 +1,10 @@
 /* bounded_protocol.h -- SfBoundedProtocol: Thrift's binary protocol with a limit on how
- * deeply structs, lists, sets and maps may nest and on how many elements a container
- * may claim, for every protocol the project reads with (server, peer checks, CLI).
- * Thrift 0.17's c_glib skip recurses without a limit and ignores errors, so one deeply
- * nested frame would otherwise overflow the stack. */
+ * deeply structs, lists, sets and maps may nest, on how many elements a container may
+ * claim, and on how long a string may claim to be (no more than its transport holds),
+ * for every protocol the project reads with (server, peer checks, CLI). Thrift 0.17's
+ * c_glib skip recurses without a limit and ignores errors, so one deeply nested frame
+ * would otherwise overflow the stack; and its string reader allocates the claimed
+ * length before reading, so a few bytes could ask for 2 GiB. */
 #ifndef SF_BOUNDED_PROTOCOL_H
 #define SF_BOUNDED_PROTOCOL_H
 

@@ -246,6 +246,54 @@ def test_deep_nesting_refused():
         assert_serving(srv)
 
 
+def vm_peak_kib(pid):
+    """The process's peak virtual memory (VmPeak), KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmPeak for process %d" % pid)
+
+
+def call_claiming_string(where):
+    """A framed call of a few dozen bytes holding one string whose length claims
+    2 GiB - 1 bytes: the method name, get_id's agent, or an unknown string field (which
+    the server skips)."""
+    huge = struct.pack(">i", 0x7FFFFFFF)
+    head = struct.pack(">I", 0x80010001)
+    if where == "name":
+        body = head + huge + b"get_id"
+    else:
+        name = b"get_id"
+        body = head + struct.pack(">i", len(name)) + name + struct.pack(">i", 1)
+        if where == "agent":
+            body += struct.pack(">bh", 11, 1) + huge + b"agent"
+        else:
+            body += struct.pack(">bh", 11, 1) + struct.pack(">i", 5) + b"agent"
+            body += struct.pack(">bh", 11, 42) + huge + b"x"
+    return struct.pack(">i", len(body)) + body
+
+
+def test_claimed_string_lengths_allocate_nothing():
+    """A string's length is checked against what is left of its frame before anything is
+    allocated for it: a 30-byte frame claiming a 2 GiB name, agent or skipped field closes
+    its connection and leaves the server's address space as it was (it used to allocate
+    the claimed size, which under a memory limit such as `ulimit -v` or a strict
+    overcommit policy aborts the server)."""
+    with Server(worker_id=WORKER, datacenter_id=DATACENTER) as srv:
+        assert_serving(srv)
+        before = vm_peak_kib(srv.proc.pid)
+        for where in ("name", "agent", "skipped field"):
+            with sftest.raw_connect(srv.port, 10.0) as s:
+                s.sendall(call_claiming_string(where))
+                assert closed_by_peer(s, 10.0), "a frame claiming a 2 GiB %s was answered" % where
+            grown = vm_peak_kib(srv.proc.pid) - before
+            assert grown < 256 * 1024, ("a frame claiming a 2 GiB %s grew the server's peak "
+                                        "address space by %d MiB" % (where, grown // 1024))
+        assert srv.proc.poll() is None, "snowflaked died:\n" + srv.log()
+        assert_serving(srv)
+
+
 def test_cli_refuses_deeply_nested_reply():
     """A fake server answers get_id with a reply nesting structs 200,000 deep in one
     frame: the CLI (and the peer check, which reads through the same protocol) reports a
@@ -385,7 +433,8 @@ def main():
     for test in (test_nofile_raised_toward_hard_limit, test_descriptor_exhaustion_clamped,
                  test_descriptor_exhaustion_at_run_time, test_admin_health_past_1024_descriptors,
                  test_agent_length_limit, test_agent_cardinality_bounded,
-                 test_deep_nesting_refused, test_cli_refuses_deeply_nested_reply,
+                 test_deep_nesting_refused, test_claimed_string_lengths_allocate_nothing,
+                 test_cli_refuses_deeply_nested_reply,
                  test_write_progress_timeout, test_output_budget):
         r.run(test)
     r.finish()
