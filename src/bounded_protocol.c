@@ -216,47 +216,49 @@ static gint32 sf_bounded_protocol_read_length(ThriftProtocol *protocol, gint32 *
     return ret;
 }
 
+/* Reads len (> 0) bytes into a new buffer of len + extra bytes, zero beyond the data;
+ * NULL, the protocol tripped, when the transport cannot supply them. */
+static gpointer sf_bounded_protocol_read_bytes(ThriftProtocol *protocol, gint32 len, gsize extra,
+                                               gint32 *got, GError **error)
+{
+    gpointer buf = g_malloc0((gsize)len + extra);
+    *got = thrift_transport_read_all(protocol->transport, buf, (guint32)len, error);
+    if (*got < 0) {
+        g_free(buf);
+        SF_BP(protocol)->tripped = TRUE;
+        return NULL;
+    }
+    return buf;
+}
+
 /* The library's read_string, with the length checked before the allocation: NULL for an
  * empty or negative length, as the library gives. */
 static gint32 sf_bounded_protocol_read_string(ThriftProtocol *protocol, gchar **str,
                                               GError **error)
 {
-    gint32 len;
+    gint32 len, got;
     *str = NULL;
     gint32 ret = sf_bounded_protocol_read_length(protocol, &len, error);
     if (ret < 0 || len <= 0)
         return ret;
-    *str = g_new0(gchar, (gsize)len + 1);
-    gint32 got = thrift_transport_read_all(protocol->transport, *str, (guint32)len, error);
-    if (got < 0) {
-        g_free(*str);
-        *str = NULL;
-        SF_BP(protocol)->tripped = TRUE;
-        return -1;
-    }
-    return ret + got;
+    *str = sf_bounded_protocol_read_bytes(protocol, len, 1, &got, error);
+    return *str != NULL ? ret + got : -1;
 }
 
-/* The library's read_binary (what skipping a string field reads), likewise. */
+/* The library's read_binary (what skipping a string field reads), likewise; the length of
+ * an empty or negative one is passed on as the library does. */
 static gint32 sf_bounded_protocol_read_binary(ThriftProtocol *protocol, gpointer *buf,
                                               guint32 *len, GError **error)
 {
-    gint32 claimed;
+    gint32 claimed, got;
     *buf = NULL;
-    *len = 0;
     gint32 ret = sf_bounded_protocol_read_length(protocol, &claimed, error);
-    if (ret < 0)
+    *len = ret < 0 ? 0 : (guint32)claimed;
+    if (ret < 0 || claimed <= 0)
         return ret;
-    *len = (guint32)claimed;
-    if (claimed <= 0)
-        return ret;
-    *buf = g_new(guchar, (gsize)claimed);
-    gint32 got = thrift_transport_read_all(protocol->transport, *buf, (guint32)claimed, error);
-    if (got < 0) {
-        g_free(*buf);
-        *buf = NULL;
+    *buf = sf_bounded_protocol_read_bytes(protocol, claimed, 0, &got, error);
+    if (*buf == NULL) {
         *len = 0;
-        SF_BP(protocol)->tripped = TRUE;
         return -1;
     }
     return ret + got;

@@ -37,13 +37,18 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_field(pid, name, prefix, column):
+    """The integer in the given column of the line of /proc/PID/NAME starting with prefix."""
+    with open("/proc/%d/%s" % (pid, name)) as f:
+        for line in f:
+            if line.startswith(prefix):
+                return int(line.split()[column])
+    raise AssertionError("no %r line in /proc/%d/%s" % (prefix, pid, name))
+
+
 def soft_nofile(pid):
     """The soft open-file limit of a running process."""
-    with open("/proc/%d/limits" % pid) as f:
-        for line in f:
-            if line.startswith("Max open files"):
-                return int(line.split()[3])
-    raise AssertionError("no open-file limit in /proc/%d/limits" % pid)
+    return proc_field(pid, "limits", "Max open files", 3)
 
 
 def open_many(port, n):
@@ -248,11 +253,7 @@ def test_deep_nesting_refused():
 
 def vm_peak_kib(pid):
     """The process's peak virtual memory (VmPeak), KiB."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmPeak:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmPeak for process %d" % pid)
+    return proc_field(pid, "status", "VmPeak:", 1)
 
 
 def call_claiming_string(where):
