@@ -25,6 +25,7 @@ typedef enum {
     SF_KEY_WORKER_ID, /* 0..31 or "auto" */
     SF_KEY_LEVEL,     /* one of sf_log_levels */
     SF_KEY_ADDRESS,   /* an IPv4 or IPv6 literal */
+    SF_KEY_LOOP,      /* an sf_server_loop by name */
 } sf_key_type;
 
 typedef struct sf_key {
@@ -52,6 +53,7 @@ static const sf_key sf_keys[] = {
     { "snowflake", "worker_id", SF_KEY_WORKER_ID, SF_FIELD(worker_id), 0, SF_MAX_WORKER_ID },
     SF_SERVER_KEY("server_port", port),
     SF_SERVER_KEY("thrift_server_threads", threads),
+    { "snowflake", "event_loop", SF_KEY_LOOP, SF_FIELD(server.event_loop), 0, 0 },
     { "snowflake", "skip_sanity_checks", SF_KEY_BOOL, SF_FIELD(registry.skip_sanity_checks),
       0, 1 },
     { "snowflake", "skip_unreachable_peers", SF_KEY_BOOL,
@@ -152,6 +154,8 @@ static char *sf_config_allowed(const sf_key *k)
         return g_strdup("error, warning, info or debug");
     case SF_KEY_ADDRESS:
         return g_strdup("an IPv4 or IPv6 address, e.g. 0.0.0.0, 127.0.0.1 or ::");
+    case SF_KEY_LOOP:
+        return g_strdup("auto, epoll or io_uring");
     case SF_KEY_STRING:
     default:
         return g_strdup("a string");
@@ -228,6 +232,9 @@ static gboolean sf_config_set_value(sf_config *cfg, const sf_key *k, const char 
             g_free(*(char **)field);
             *(char **)field = g_strdup(value);
         }
+        break;
+    case SF_KEY_LOOP:
+        ok = sf_server_loop_from_name(value, (sf_server_loop *)field);
         break;
     case SF_KEY_STRING:
         g_free(*(char **)field);
@@ -424,6 +431,8 @@ static char *sf_config_value_text(const sf_config *cfg, const sf_key *k)
         return g_strdup_printf("%" G_GINT64_FORMAT, *(const int64_t *)field);
     case SF_KEY_BOOL:
         return g_strdup(*(const bool *)field ? "true" : "false");
+    case SF_KEY_LOOP:
+        return g_strdup(sf_server_loop_name(*(const sf_server_loop *)field));
     case SF_KEY_WORKER_ID:
         return cfg->worker_id_auto ? g_strdup("auto")
                                    : g_strdup_printf("%" G_GINT64_FORMAT, cfg->worker_id);

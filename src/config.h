@@ -32,7 +32,7 @@ typedef struct sf_config {
     bool worker_id_auto;
     int64_t startup_sleep_ms;         /* 0..600000, default 0 */
     /* The server's and the handler's settings, with their modules' defaults and ranges:
-     * server_port, thrift_server_threads, bind_address (a string this struct owns),
+     * server_port, thrift_server_threads, event_loop, bind_address (a string this struct owns),
      * max_frame_size, max_connections, idle_timeout_ms, frame_timeout_ms,
      * write_timeout_ms, max_output_buffer; max_batch_size, max_useragent_length,
      * max_tracked_useragents. */

@@ -1,4 +1,13 @@
-/* server.c -- sf_server: a concurrent framed-binary Thrift server on epoll with a fixed pool of threads. */
+/* server.c -- sf_server: a concurrent framed-binary Thrift server with a fixed pool of threads,
+ * each running its own event loop on io_uring or epoll.
+ *
+ * Both loops share every rule of a connection (limits, timeouts, budgets, the gate); they
+ * differ in how a thread learns that a socket has data. On epoll it is told the socket is
+ * readable and reads it; on io_uring a receive is queued per connection and completes
+ * with the bytes, so one system call per loop turn submits and reaps the receives of every
+ * connection served in that turn. Replies are sent at once in both. On io_uring the
+ * thread's epoll instance still holds the listener and the wake-up eventfd, and the ring
+ * polls that instance: accepting and handing over connections is one code path. */
 #define _GNU_SOURCE
 #include "server.h"
 
@@ -8,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -28,6 +38,7 @@
 #include "clocks.h"
 #include "frame_transport.h"
 #include "ratelog.h"
+#include "uring.h"
 
 /* Pending output above which a connection is not read until it drains: a
  * client that pipelines without reading cannot make us buffer more. */
@@ -48,12 +59,21 @@
 
 typedef struct sf_thread sf_thread;
 
+/* What a thread's io_uring requests are for (sf_uring_event.kind). */
+enum {
+    SF_OP_RECV = 1,     /* a connection's receive */
+    SF_OP_WRITABLE = 2, /* a poll for room to send a connection's replies */
+    SF_OP_EVENTS = 3,   /* a poll of the thread's epoll instance: listener, wake-up */
+};
+
 /* One client connection, owned by one thread. Idle, it holds no buffers. */
 typedef struct sf_conn {
     int fd;
     bool peer_closed;   /* the client sent FIN: answer what arrived, then close */
     bool draining;      /* the server is stopping: flush, then close */
     uint32_t events;    /* the epoll interest currently registered */
+    bool recv_queued;   /* io_uring: a receive is in flight (c stays allocated until it ends) */
+    bool poll_queued;   /* io_uring: a writability poll is in flight (likewise) */
     uint8_t *in;        /* input not processed yet: a partial frame, or frames held back */
     size_t in_len;
     uint8_t *out;       /* replies not written yet */
@@ -81,11 +101,13 @@ struct sf_thread {
     pthread_t tid;
     bool started;
     int epfd;
+    sf_uring *uring;       /* this thread's io_uring; NULL = it runs on epoll */
     int wake_fd;           /* eventfd: new connections queued, or stop */
     GMutex queue_lock;
     GArray *queue;         /* accepted fds handed to this thread */
     sf_conn *conns;
-    sf_conn *dead;         /* closed during this event batch, freed after it */
+    sf_conn *dead;         /* closed, freed after the event batch (and, on io_uring, once
+                            * no request of theirs is in flight) */
     uint8_t *scratch;      /* every read lands here first */
     size_t scratch_cap;
     SfFrameTransport *transport;
@@ -211,6 +233,12 @@ static void sf_conn_close(sf_thread *t, sf_conn *c)
 {
     t->out_total -= sf_conn_pending(c);
     atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
+    /* A request in flight holds the socket open past close(): cancel it, so that the
+     * client sees its connection end now. */
+    if ((c->recv_queued && !sf_uring_cancel(t->uring, c, SF_OP_RECV)) ||
+        (c->poll_queued && !sf_uring_cancel(t->uring, c, SF_OP_WRITABLE)))
+        g_warning("cannot cancel io_uring requests of connection from %s: %s; it closes when "
+                  "they end", c->peer, g_strerror(errno));
     close(c->fd);
     c->fd = -1;
     if (c->prev)
@@ -229,12 +257,19 @@ static void sf_conn_close(sf_thread *t, sf_conn *c)
     atomic_fetch_sub_explicit(&t->server->open_connections, 1, memory_order_relaxed);
 }
 
-/* Frees the connections closed during the last event batch. */
-static void sf_thread_bury(sf_thread *t)
+/* Frees the connections closed during the last event batch, but on io_uring not those
+ * with a request still in flight, whose completion names them; all of them when the ring
+ * is gone (all = true). */
+static void sf_thread_bury(sf_thread *t, bool all)
 {
-    while (t->dead != NULL) {
-        sf_conn *c = t->dead;
-        t->dead = c->next;
+    sf_conn **link = &t->dead;
+    while (*link != NULL) {
+        sf_conn *c = *link;
+        if (!all && (c->recv_queued || c->poll_queued)) {
+            link = &c->next;
+            continue;
+        }
+        *link = c->next;
         g_free(c);
     }
 }
@@ -280,7 +315,9 @@ static void sf_conn_adopt(sf_thread *t, int fd)
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
-    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    bool watched = t->uring != NULL ? (c->recv_queued = sf_uring_recv(t->uring, fd, c, SF_OP_RECV))
+                                    : epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+    if (!watched) {
         sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
                               "cannot watch connection from %s: %s", c->peer, g_strerror(errno));
         sf_conn_close(t, c);
@@ -393,36 +430,72 @@ static bool sf_conn_withhold(sf_thread *t, sf_conn *c)
     return true;
 }
 
-/* Chooses the epoll interest from the connection's state: read unless
- * output is backed up or the client is gone; watch writability while
- * output is pending. */
-static void sf_conn_update_interest(sf_thread *t, sf_conn *c)
+/* io_uring: queues what c waits for and has not queued yet. A receive queued earlier and
+ * no longer wanted (the output backed up meanwhile) is left to complete: its bytes are held
+ * like any input held back, and no further receive is queued until the output drains.
+ * Closes c and returns false when the ring cannot take a request. */
+static bool sf_conn_queue(sf_thread *t, sf_conn *c, bool want_in, bool want_out)
+{
+    if (want_in && !c->recv_queued)
+        c->recv_queued = sf_uring_recv(t->uring, c->fd, c, SF_OP_RECV);
+    if (want_out && !c->poll_queued)
+        c->poll_queued = sf_uring_poll(t->uring, c->fd, POLLOUT, c, SF_OP_WRITABLE);
+    if ((want_in && !c->recv_queued) || (want_out && !c->poll_queued)) {
+        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+                              "cannot watch connection from %s: io_uring: %s", c->peer,
+                              g_strerror(errno));
+        sf_conn_close(t, c);
+        return false;
+    }
+    return true;
+}
+
+/* Chooses what to wait for from the connection's state: input unless output is backed up
+ * or the client is gone; room to send while output is pending. Returns false when c
+ * was closed. */
+static bool sf_conn_update_interest(sf_thread *t, sf_conn *c)
 {
     size_t pending = c->out_len - c->out_off;
+    bool want_in = !c->peer_closed && !c->draining && pending < SF_OUT_HIGH_WATER;
+    if (t->uring != NULL)
+        return sf_conn_queue(t, c, want_in, pending > 0);
     uint32_t ev = 0;
-    if (!c->peer_closed && !c->draining && pending < SF_OUT_HIGH_WATER)
+    if (want_in)
         ev |= EPOLLIN | EPOLLRDHUP;
     if (pending > 0)
         ev |= EPOLLOUT;
     sf_conn_set_events(t, c, ev);
+    return true;
 }
 
-/* Reads once (when do_read), answers the complete frames buffered, sends
- * the replies and keeps the remainder. Closes the connection when it is
- * finished or broken; returns false then. */
-static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
+/* Takes got[0..got_len) (bytes io_uring received) and reads once more (when do_read),
+ * answers the complete frames buffered, sends the replies and keeps the remainder.
+ * Closes the connection when it is finished or broken; returns false then. */
+static bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
+                          bool do_read)
 {
     int64_t now = sf_clocks_coarse_ms();
     for (;;) {
         size_t have = c->in_len;
         bool had_partial = have > 0;
+        if (have + got_len > t->scratch_cap) {
+            /* Input held back for backed-up output, and a receive queued before: rare. */
+            t->scratch_cap = have + got_len;
+            t->scratch = g_realloc(t->scratch, t->scratch_cap);
+        }
         if (have > 0) {
             memcpy(t->scratch, c->in, have);
             g_free(c->in);
             c->in = NULL;
             c->in_len = 0;
         }
-        if (do_read && have < t->scratch_cap) {
+        if (got_len > 0) {
+            memcpy(t->scratch + have, got, got_len);
+            have += got_len;
+            got_len = 0;
+            c->last_active_ms = now;
+        }
+        if (do_read && !c->recv_queued && have < t->scratch_cap) {
             ssize_t n;
             do {
                 n = recv(c->fd, t->scratch + have, t->scratch_cap - have, MSG_DONTWAIT);
@@ -474,8 +547,7 @@ static bool sf_conn_serve(sf_thread *t, sf_conn *c, bool do_read)
             sf_conn_close(t, c);
             return false;
         }
-        sf_conn_update_interest(t, c);
-        return true;
+        return sf_conn_update_interest(t, c);
     }
 }
 
@@ -492,13 +564,12 @@ static bool sf_conn_writable(sf_thread *t, sf_conn *c)
     }
     size_t pending = c->out_len - c->out_off;
     if (pending < SF_OUT_HIGH_WATER && c->in_len > 0)
-        return sf_conn_serve(t, c, false);
+        return sf_conn_serve(t, c, NULL, 0, false);
     if (pending == 0 && (c->peer_closed || c->draining)) {
         sf_conn_close(t, c);
         return false;
     }
-    sf_conn_update_interest(t, c);
-    return true;
+    return sf_conn_update_interest(t, c);
 }
 
 /* Counts a refused connection and logs refusals at most once a second, with how many
@@ -694,7 +765,12 @@ static void sf_thread_begin_drain(sf_thread *t)
     for (sf_conn *c = t->conns; c != NULL; c = next) {
         next = c->next;
         c->draining = true;
-        sf_conn_serve(t, c, true);
+        /* On io_uring, bytes may wait in the receive in flight: reading the socket now
+         * could answer later bytes before them. Its completion (data, or cancelled)
+         * serves the connection instead. */
+        if (c->recv_queued && sf_uring_cancel(t->uring, c, SF_OP_RECV))
+            continue;
+        sf_conn_serve(t, c, NULL, 0, true);
     }
 }
 
@@ -794,49 +870,138 @@ bool sf_server_wait_listening(sf_server *s, int timeout_ms)
     return listening;
 }
 
+/* Handles what the thread's epoll instance reports, waiting up to timeout_ms: on epoll
+ * everything, on io_uring the listener and the wake-up. False when the loop must end. */
+static bool sf_thread_turn_epoll(sf_thread *t, bool draining, int timeout_ms)
+{
+    struct epoll_event events[SF_MAX_EVENTS];
+    int n = epoll_wait(t->epfd, events, SF_MAX_EVENTS, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+        g_critical("epoll_wait in server thread %d failed: %s", t->index, g_strerror(errno));
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        void *tag = events[i].data.ptr;
+        uint32_t ev = events[i].events;
+        if (tag == &sf_tag_listener) {
+            if (!draining)
+                sf_thread_accept(t);
+        } else if (tag == &sf_tag_wake) {
+            sf_thread_take_queue(t);
+        } else {
+            sf_conn *c = tag;
+            if (c->fd < 0)
+                continue; /* closed earlier in this batch */
+            if (ev & EPOLLERR) {
+                sf_conn_close(t, c);
+                continue;
+            }
+            if ((ev & EPOLLOUT) && !sf_conn_writable(t, c))
+                continue;
+            if ((ev & EPOLLHUP) && !(c->events & EPOLLIN)) {
+                sf_conn_close(t, c); /* gone both ways: nothing can be sent */
+                continue;
+            }
+            if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) && (c->events & EPOLLIN))
+                sf_conn_serve(t, c, NULL, 0, true);
+            if (t->out_total > t->out_budget)
+                sf_thread_enforce_budget(t);
+        }
+    }
+    return true;
+}
+
+/* A connection's receive completed: serve what it brought (reading on when it filled its
+ * buffer, or when the connection drains and nothing else is in flight), or note the
+ * client's FIN, or close on an error. */
+static void sf_conn_received(sf_thread *t, sf_conn *c, const sf_uring_event *e)
+{
+    c->recv_queued = false;
+    if (c->fd < 0)
+        return; /* closed meanwhile: the bytes are not ours to answer */
+    if (e->res > 0) {
+        bool more = e->res == SF_URING_BUFFER_SIZE || c->draining;
+        sf_conn_serve(t, c, e->data, (size_t)e->res, more);
+    } else if (e->res == 0) {
+        c->peer_closed = true;
+        sf_conn_serve(t, c, NULL, 0, false);
+    } else if (e->res == -ECANCELED) {
+        sf_conn_serve(t, c, NULL, 0, c->draining); /* only a drain cancels a live one */
+    } else if (e->res == -ENOBUFS || e->res == -EINTR || e->res == -EAGAIN) {
+        sf_conn_update_interest(t, c); /* every buffer was taken: receive again */
+    } else {
+        g_debug("read from %s failed: %s", c->peer, g_strerror(-e->res));
+        sf_conn_close(t, c);
+    }
+}
+
+/* One turn of the io_uring loop: submits what was queued, waits for completions (at most
+ * SF_TICK_MS) and handles them. False when the loop must end. */
+static bool sf_thread_turn_uring(sf_thread *t, bool draining)
+{
+    sf_uring_event events[SF_MAX_EVENTS];
+    int n = sf_uring_wait(t->uring, SF_TICK_MS, events, SF_MAX_EVENTS);
+    if (n < 0) {
+        g_critical("io_uring wait in server thread %d failed: %s", t->index, g_strerror(-n));
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        sf_uring_event *e = &events[i];
+        if (e->kind == SF_OP_EVENTS) {
+            ok = sf_thread_turn_epoll(t, draining, 0) && ok;
+            if (!sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS)) {
+                g_critical("server thread %d cannot watch its listener and wake-up on "
+                           "io_uring: %s", t->index, g_strerror(errno));
+                ok = false;
+            }
+            continue;
+        }
+        sf_conn *c = e->owner;
+        if (e->kind == SF_OP_RECV) {
+            sf_conn_received(t, c, e);
+        } else {
+            c->poll_queued = false;
+            if (c->fd >= 0 && e->res != -ECANCELED)
+                sf_conn_writable(t, c); /* an error shows in the send */
+        }
+        sf_uring_release(t->uring, e);
+        if (t->out_total > t->out_budget)
+            sf_thread_enforce_budget(t);
+    }
+    return ok;
+}
+
+/* Moves this thread onto its io_uring, made by sf_server_start; on failure it runs on
+ * epoll, and says so. */
+static void sf_thread_start_uring(sf_thread *t)
+{
+    char why[160];
+    bool started = sf_uring_start(t->uring, why, sizeof why);
+    if (started && sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS))
+        return;
+    if (started)
+        snprintf(why, sizeof why, "%s", g_strerror(errno));
+    g_warning("server thread %d cannot use io_uring (%s): it serves on epoll", t->index, why);
+    sf_uring_free(t->uring);
+    t->uring = NULL;
+}
+
 /* One event loop: accept (thread 0), read, answer, write, time out. */
 static void *sf_thread_main(void *arg)
 {
     sf_thread *t = arg;
     sf_server *s = t->server;
-    struct epoll_event events[SF_MAX_EVENTS];
     bool draining = false;
+    if (t->uring != NULL)
+        sf_thread_start_uring(t);
     t->last_tick_ms = sf_clocks_coarse_ms();
     for (;;) {
-        int n = epoll_wait(t->epfd, events, SF_MAX_EVENTS, SF_TICK_MS);
-        if (n < 0 && errno != EINTR) {
-            g_critical("epoll_wait in server thread %d failed: %s", t->index, g_strerror(errno));
+        bool ok = t->uring != NULL ? sf_thread_turn_uring(t, draining)
+                                   : sf_thread_turn_epoll(t, draining, SF_TICK_MS);
+        if (!ok)
             break;
-        }
-        for (int i = 0; i < n; i++) {
-            void *tag = events[i].data.ptr;
-            uint32_t ev = events[i].events;
-            if (tag == &sf_tag_listener) {
-                if (!draining)
-                    sf_thread_accept(t);
-            } else if (tag == &sf_tag_wake) {
-                sf_thread_take_queue(t);
-            } else {
-                sf_conn *c = tag;
-                if (c->fd < 0)
-                    continue; /* closed earlier in this batch */
-                if (ev & EPOLLERR) {
-                    sf_conn_close(t, c);
-                    continue;
-                }
-                if ((ev & EPOLLOUT) && !sf_conn_writable(t, c))
-                    continue;
-                if ((ev & EPOLLHUP) && !(c->events & EPOLLIN)) {
-                    sf_conn_close(t, c); /* gone both ways: nothing can be sent */
-                    continue;
-                }
-                if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) && (c->events & EPOLLIN))
-                    sf_conn_serve(t, c, true);
-                if (t->out_total > t->out_budget)
-                    sf_thread_enforce_budget(t);
-            }
-        }
-        sf_thread_bury(t);
+        sf_thread_bury(t, false);
         int64_t now = sf_clocks_coarse_ms();
         if (!draining && atomic_load(&s->stopping)) {
             draining = true;
@@ -858,7 +1023,9 @@ static void *sf_thread_main(void *arg)
     }
     while (t->conns != NULL)
         sf_conn_close(t, t->conns);
-    sf_thread_bury(t);
+    sf_uring_free(t->uring); /* ends every request in flight */
+    t->uring = NULL;
+    sf_thread_bury(t, true);
     return NULL;
 }
 
@@ -1018,12 +1185,41 @@ int sf_server_port(const sf_server *s)
     return s->port;
 }
 
+/* Gives each thread an io_uring when the loop asked for allows it. auto settles for epoll
+ * when io_uring is unavailable, saying why; io_uring refuses to start instead. */
+static gboolean sf_server_make_rings(sf_server *s, GError **error)
+{
+    if (s->opts.event_loop == SF_SERVER_LOOP_EPOLL)
+        return TRUE;
+    char why[160];
+    for (int i = 0; i < s->nthreads; i++) {
+        s->threads[i].uring = sf_uring_new(why, sizeof why);
+        if (s->threads[i].uring != NULL)
+            continue;
+        for (int j = 0; j < i; j++) {
+            sf_uring_free(s->threads[j].uring);
+            s->threads[j].uring = NULL;
+        }
+        if (s->opts.event_loop == SF_SERVER_LOOP_IO_URING) {
+            g_set_error(error, SF_SERVER_ERROR, 0,
+                        "event_loop = io_uring, but io_uring is unavailable: %s (set "
+                        "event_loop = epoll or auto)", why);
+            return FALSE;
+        }
+        g_message("io_uring is unavailable (%s): serving on epoll", why);
+        return TRUE;
+    }
+    return TRUE;
+}
+
 gboolean sf_server_start(sf_server *s, GError **error)
 {
     if (s->started) {
         g_set_error(error, SF_SERVER_ERROR, 0, "the server is already started");
         return FALSE;
     }
+    if (!sf_server_make_rings(s, error))
+        return FALSE;
     for (int i = 0; i < s->nthreads; i++) {
         sf_thread *t = &s->threads[i];
         t->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1043,6 +1239,7 @@ gboolean sf_server_start(sf_server *s, GError **error)
         t->scratch = g_malloc(t->scratch_cap);
     }
     s->started = true;
+    const char *loop = s->threads[0].uring != NULL ? "io_uring" : "epoll";
     for (int i = 0; i < s->nthreads; i++) {
         sf_thread *t = &s->threads[i];
         int rc = pthread_create(&t->tid, NULL, sf_thread_main, t);
@@ -1054,7 +1251,7 @@ gboolean sf_server_start(sf_server *s, GError **error)
         }
         t->started = true;
     }
-    g_message("answering on %d threads, each its own epoll loop", s->nthreads);
+    g_message("answering on %d threads, each its own %s loop", s->nthreads, loop);
     return TRUE;
 }
 
@@ -1097,6 +1294,7 @@ void sf_server_free(sf_server *s)
         }
         g_array_free(t->queue, TRUE);
         g_mutex_clear(&t->queue_lock);
+        sf_uring_free(t->uring); /* made, but its thread never started */
         if (t->epfd >= 0)
             close(t->epfd);
         if (t->wake_fd >= 0)

@@ -25,12 +25,21 @@ enum {
 #undef SF_SERVER_RANGE
 };
 
+/* The event loop each server thread runs. auto: io_uring when the kernel and the build
+ * allow it, else epoll (the start-up log says which, and why). */
+typedef enum {
+    SF_SERVER_LOOP_AUTO,
+    SF_SERVER_LOOP_EPOLL,
+    SF_SERVER_LOOP_IO_URING,
+} sf_server_loop;
+
 /* Settings; start from sf_server_options_init(). */
 typedef struct sf_server_options {
     const char *bind_address;  /* numeric IPv4 or IPv6 address, e.g. "127.0.0.1" */
 #define SF_SERVER_FIELD(field, lo, hi, dflt) int field;
     SF_SERVER_INT_OPTIONS(SF_SERVER_FIELD)
 #undef SF_SERVER_FIELD
+    sf_server_loop event_loop; /* default auto */
     bool listen_at_start;      /* listen from sf_server_start (default); false = bound only,
                                 * connections refused until sf_server_set_listening */
     /* When set, asked on the serving thread after each batch of requests is answered:
@@ -43,6 +52,12 @@ typedef struct sf_server_options {
 /* Fills the defaults: 0.0.0.0 and those of SF_SERVER_INT_OPTIONS, listening from the
  * start, replies always sent. */
 void sf_server_options_init(sf_server_options *opts);
+
+/* The loop named "auto", "epoll" or "io_uring"; false for any other name. */
+bool sf_server_loop_from_name(const char *name, sf_server_loop *loop);
+
+/* The name of a loop, as sf_server_loop_from_name reads it. */
+const char *sf_server_loop_name(sf_server_loop loop);
 
 /* Checks every setting against its range; false with err naming the setting, its value
  * and the range. */

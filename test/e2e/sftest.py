@@ -70,8 +70,10 @@ def free_port():
 
 
 def clean_env(extra=None):
-    """The test's environment without inherited SNOWFLAKE_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNOWFLAKE_")}
+    """The test's environment without inherited SNOWFLAKE_* settings, but for
+    SNOWFLAKE_EVENT_LOOP: the suite runs once per event loop."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SNOWFLAKE_") or k == "SNOWFLAKE_EVENT_LOOP"}
     env.update(extra or {})
     return env
 
@@ -290,6 +292,15 @@ class SocketReader:
 
     def flush(self):
         pass
+
+
+def encode_call(seqid, send):
+    """The framed bytes of one request, made by the generated client's send_*."""
+    buf = TTransport.TMemoryBuffer()
+    client = Snowflake.Client(TBinaryProtocol.TBinaryProtocol(TTransport.TFramedTransport(buf)))
+    client._seqid = seqid
+    send(client)
+    return buf.getvalue()
 
 
 def raw_connect(port, timeout=5.0):

@@ -18,7 +18,7 @@ import time
 import sftest
 from sftest import (InvalidRequestError, InvalidUserAgentError, Server, Snowflake,
                     TBinaryProtocol, TTransport, closed_by_peer, decode, expect_raises,
-                    raw_connect)
+                    encode_call, raw_connect)
 
 WORKER, DATACENTER = 7, 3
 BAD_AGENTS = ["", "1", "1asdf", "a b", "ab_c"]
@@ -117,15 +117,6 @@ def test_user_agents(srv):
 
 
 # ---- pipelining and concurrency ---------------------------------------------
-
-def encode_call(seqid, send):
-    """The framed bytes of one request, made by the generated client's send_*."""
-    buf = TTransport.TMemoryBuffer()
-    client = Snowflake.Client(TBinaryProtocol.TBinaryProtocol(TTransport.TFramedTransport(buf)))
-    client._seqid = seqid
-    send(client)
-    return buf.getvalue()
-
 
 def test_pipelined(srv):
     calls = []
