@@ -19,6 +19,7 @@ TOP_BUILDDIR = os.environ.get("top_builddir", ".")
 TOP_SRCDIR = os.environ.get("top_srcdir", ".")
 SNOWFLAKED = os.path.join(TOP_BUILDDIR, "src", "snowflaked")
 SNOWFLAKE_CLI = os.path.join(TOP_BUILDDIR, "src", "snowflake")
+LIBTOOL = os.path.join(TOP_BUILDDIR, "libtool")
 TWITTER_EPOCH_MS = 1288834974657
 SKIP = 77  # automake's exit status for a skipped test
 
@@ -88,19 +89,32 @@ class Server:
         # SNOWFLAKED_WRAPPER runs every server under a tool, e.g. valgrind;
         # stop() then fails the test on any error the tool reports.
         self.wrapper = shlex.split(os.environ.get("SNOWFLAKED_WRAPPER", ""))
-        self.argv = list(prefix) + self.wrapper + [
+        self.env = clean_env(env)
+        self.argv = list(prefix) + self._launcher(self.env.pop("LD_PRELOAD", None)) + [
             SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
             "--admin-port", str(self.admin_port)] + list(args)
         if worker_id is not None:  # None: leave it to the file or the environment
             self.argv += ["--worker-id", str(worker_id)]
         if datacenter_id is not None:
             self.argv += ["--datacenter-id", str(datacenter_id)]
-        self.env = clean_env(env)
         self.wait_serving = wait_serving
         self.proc = None
         self.port = None
         self.lines = []
         self._listening = threading.Event()
+
+    def _launcher(self, preload):
+        """What runs SNOWFLAKED: the wrapper, and a library to preload into snowflaked
+        alone. SNOWFLAKED is libtool's wrapper script; preloaded into that script's
+        shell, libfaketime lets one subshell remove the semaphore the next one opens,
+        and the script fails now and then. libtool's execute mode runs the real
+        program instead, through env, which sets the preload for it alone."""
+        if not preload:
+            return self.wrapper
+        env = ["env", "LD_PRELOAD=" + preload]
+        if self.wrapper[1:2] == ["--mode=execute"]:
+            return self.wrapper[:2] + env + self.wrapper[2:]
+        return [LIBTOOL, "--mode=execute"] + env + self.wrapper
 
     def start(self, timeout=10.0):
         self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
