@@ -927,16 +927,48 @@ static void sf_conn_received(sf_thread *t, sf_conn *c, const sf_uring_event *e)
         sf_conn_serve(t, c, NULL, 0, false);
     } else if (e->res == -ECANCELED) {
         sf_conn_serve(t, c, NULL, 0, c->draining); /* only a drain cancels a live one */
-    } else if (e->res == -ENOBUFS || e->res == -EINTR || e->res == -EAGAIN) {
-        sf_conn_update_interest(t, c); /* every buffer was taken: receive again */
+    } else if (e->res == -ENOBUFS) {
+        /* Data came when every buffer was taken: read it now, as epoll would, rather
+         * than queue again behind the connections that took them. */
+        sf_conn_serve(t, c, NULL, 0, true);
+    } else if (e->res == -EINTR || e->res == -EAGAIN) {
+        sf_conn_update_interest(t, c);
     } else {
         g_debug("read from %s failed: %s", c->peer, g_strerror(-e->res));
         sf_conn_close(t, c);
     }
 }
 
+/* Handles one io_uring completion. False when the loop must end. */
+static bool sf_thread_complete(sf_thread *t, sf_uring_event *e, bool draining)
+{
+    if (e->kind == SF_OP_EVENTS) {
+        bool ok = sf_thread_turn_epoll(t, draining, 0);
+        if (!sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS)) {
+            g_critical("server thread %d cannot watch its listener and wake-up on io_uring: %s",
+                       t->index, g_strerror(errno));
+            ok = false;
+        }
+        return ok;
+    }
+    sf_conn *c = e->owner;
+    if (e->kind == SF_OP_RECV) {
+        sf_conn_received(t, c, e);
+    } else {
+        c->poll_queued = false;
+        if (c->fd >= 0 && e->res != -ECANCELED)
+            sf_conn_writable(t, c); /* an error shows in the send */
+    }
+    sf_uring_release(t->uring, e);
+    if (t->out_total > t->out_budget)
+        sf_thread_enforce_budget(t);
+    return true;
+}
+
 /* One turn of the io_uring loop: submits what was queued, waits for completions (at most
- * SF_TICK_MS) and handles them. False when the loop must end. */
+ * SF_TICK_MS) and handles every one that has arrived, in order, before waiting again:
+ * left in the ring, older ones would wait behind those the next wait brings. False when
+ * the loop must end. */
 static bool sf_thread_turn_uring(sf_thread *t, bool draining)
 {
     sf_uring_event events[SF_MAX_EVENTS];
@@ -946,28 +978,10 @@ static bool sf_thread_turn_uring(sf_thread *t, bool draining)
         return false;
     }
     bool ok = true;
-    for (int i = 0; i < n; i++) {
-        sf_uring_event *e = &events[i];
-        if (e->kind == SF_OP_EVENTS) {
-            ok = sf_thread_turn_epoll(t, draining, 0) && ok;
-            if (!sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS)) {
-                g_critical("server thread %d cannot watch its listener and wake-up on "
-                           "io_uring: %s", t->index, g_strerror(errno));
-                ok = false;
-            }
-            continue;
-        }
-        sf_conn *c = e->owner;
-        if (e->kind == SF_OP_RECV) {
-            sf_conn_received(t, c, e);
-        } else {
-            c->poll_queued = false;
-            if (c->fd >= 0 && e->res != -ECANCELED)
-                sf_conn_writable(t, c); /* an error shows in the send */
-        }
-        sf_uring_release(t->uring, e);
-        if (t->out_total > t->out_budget)
-            sf_thread_enforce_budget(t);
+    while (n > 0) {
+        for (int i = 0; i < n; i++)
+            ok = sf_thread_complete(t, &events[i], draining) && ok;
+        n = n == SF_MAX_EVENTS ? sf_uring_harvest(t->uring, events, SF_MAX_EVENTS) : 0;
     }
     return ok;
 }

@@ -56,6 +56,11 @@ bool sf_uring_cancel(sf_uring *r, void *owner, int kind);
  * must be given back with sf_uring_release before the next wait. */
 int sf_uring_wait(sf_uring *r, int timeout_ms, sf_uring_event *events, int max);
 
+/* Takes at most max more completions that have arrived, without entering the kernel:
+ * after a wait that filled all max events, the rest of the turn's completions are read
+ * with this before the next wait, so that none waits behind newer ones. */
+int sf_uring_harvest(sf_uring *r, sf_uring_event *events, int max);
+
 /* Gives an event's buffer back to the kernel. */
 void sf_uring_release(sf_uring *r, sf_uring_event *event);
 

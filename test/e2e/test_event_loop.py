@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """test_event_loop.py -- each event loop snowflaked can run (event_loop = epoll, io_uring)
 serves the same way under the loads that take different paths through a loop: frames
-split over many receives, a frame dribbled a byte at a time, a client that pipelines
-without reading (its input held back until its replies drain), SIGTERM with requests in
-flight; and where io_uring is forbidden (test/tools/no_uring, a seccomp filter as
+split over many receives, a frame dribbled a byte at a time, more connections sending at
+once than io_uring has buffers, a client that pipelines without reading (its input held
+back until its replies drain), SIGTERM with requests in flight; and where io_uring is forbidden (test/tools/no_uring, a seccomp filter as
 container runtimes install), auto falls back to epoll and says why, while io_uring
 refuses to start. Every process is stopped however the test ends."""
 import os
@@ -17,6 +17,7 @@ from thrift.protocol import TBinaryProtocol
 from thrift.transport import TTransport
 
 NO_URING = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "no_uring")
+BENCH = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "bench_server")
 LOOPS = ("epoll", "io_uring")
 
 
@@ -105,6 +106,17 @@ def check_sigterm_answers_in_flight(srv):
         s.close()
 
 
+def check_more_connections_than_buffers(loop):
+    """600 connections on one thread, get_id back to back: more requests arrive in one
+    turn than io_uring has receive buffers (256), and every one is answered."""
+    with Server(loop_args(loop) + ["--threads", "1"]) as srv:
+        out = subprocess.run([BENCH, "--port", str(srv.port), "--connections", "600",
+                              "--seconds", "2"], capture_output=True, text=True, timeout=60)
+        fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+        assert out.returncode == 0 and fields.get("errors") == "0", out.stdout + out.stderr
+        assert int(fields.get("calls", "0")) >= 600, out.stdout
+
+
 def test_each_loop_serves():
     for loop in LOOPS:
         with Server(loop_args(loop)) as srv:
@@ -121,6 +133,7 @@ def test_each_loop_serves():
             check_sigterm_answers_in_flight(srv)
         finally:
             srv.stop()
+        check_more_connections_than_buffers(loop)
 
 
 def test_auto_falls_back_to_epoll_where_io_uring_is_forbidden():
