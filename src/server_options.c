@@ -15,7 +15,7 @@ void sf_server_options_init(sf_server_options *opts)
 #define SF_SERVER_DEFAULT(field, lo, hi, dflt) opts->field = (dflt);
     SF_SERVER_INT_OPTIONS(SF_SERVER_DEFAULT)
 #undef SF_SERVER_DEFAULT
-    opts->event_loop = SF_SERVER_LOOP_EPOLL;
+    opts->event_loop = SF_SERVER_LOOP_AUTO;
     opts->listen_at_start = true;
 }
 

@@ -39,7 +39,7 @@ typedef struct sf_server_options {
 #define SF_SERVER_FIELD(field, lo, hi, dflt) int field;
     SF_SERVER_INT_OPTIONS(SF_SERVER_FIELD)
 #undef SF_SERVER_FIELD
-    sf_server_loop event_loop; /* default epoll */
+    sf_server_loop event_loop; /* default auto */
     bool listen_at_start;      /* listen from sf_server_start (default); false = bound only,
                                 * connections refused until sf_server_set_listening */
     /* When set, asked on the serving thread after each batch of requests is answered:
@@ -49,7 +49,7 @@ typedef struct sf_server_options {
     void *withhold_ctx;
 } sf_server_options;
 
-/* Fills the defaults: 0.0.0.0 and those of SF_SERVER_INT_OPTIONS, the epoll loop,
+/* Fills the defaults: 0.0.0.0 and those of SF_SERVER_INT_OPTIONS, the loop auto picks,
  * listening from the start, replies always sent. */
 void sf_server_options_init(sf_server_options *opts);
 
