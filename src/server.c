@@ -939,18 +939,22 @@ static void sf_conn_received(sf_thread *t, sf_conn *c, const sf_uring_event *e)
     }
 }
 
-/* Handles one io_uring completion. False when the loop must end. */
-static bool sf_thread_complete(sf_thread *t, sf_uring_event *e, bool draining)
+/* The listener or the wake-up is ready: handles them and watches again. False when the
+ * loop must end. */
+static bool sf_thread_take_events(sf_thread *t, bool draining)
 {
-    if (e->kind == SF_OP_EVENTS) {
-        bool ok = sf_thread_turn_epoll(t, draining, 0);
-        if (!sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS)) {
-            g_critical("server thread %d cannot watch its listener and wake-up on io_uring: %s",
-                       t->index, g_strerror(errno));
-            ok = false;
-        }
-        return ok;
+    bool ok = sf_thread_turn_epoll(t, draining, 0);
+    if (!sf_uring_poll(t->uring, t->epfd, POLLIN, t, SF_OP_EVENTS)) {
+        g_critical("server thread %d cannot watch its listener and wake-up on io_uring: %s",
+                   t->index, g_strerror(errno));
+        ok = false;
     }
+    return ok;
+}
+
+/* Handles one connection's io_uring completion. */
+static void sf_thread_complete(sf_thread *t, sf_uring_event *e)
+{
     sf_conn *c = e->owner;
     if (e->kind == SF_OP_RECV) {
         sf_conn_received(t, c, e);
@@ -962,13 +966,13 @@ static bool sf_thread_complete(sf_thread *t, sf_uring_event *e, bool draining)
     sf_uring_release(t->uring, e);
     if (t->out_total > t->out_budget)
         sf_thread_enforce_budget(t);
-    return true;
 }
 
 /* One turn of the io_uring loop: submits what was queued, waits for completions (at most
  * SF_TICK_MS) and handles every one that has arrived, in order, before waiting again:
- * left in the ring, older ones would wait behind those the next wait brings. False when
- * the loop must end. */
+ * left in the ring, older ones would wait behind those the next wait brings. The listener
+ * comes last, as on epoll, so that a client gone in the same turn frees its slot before
+ * new connections are counted against max_connections. False when the loop must end. */
 static bool sf_thread_turn_uring(sf_thread *t, bool draining)
 {
     sf_uring_event events[SF_MAX_EVENTS];
@@ -977,13 +981,17 @@ static bool sf_thread_turn_uring(sf_thread *t, bool draining)
         g_critical("io_uring wait in server thread %d failed: %s", t->index, g_strerror(-n));
         return false;
     }
-    bool ok = true;
+    bool events_ready = false;
     while (n > 0) {
-        for (int i = 0; i < n; i++)
-            ok = sf_thread_complete(t, &events[i], draining) && ok;
+        for (int i = 0; i < n; i++) {
+            if (events[i].kind == SF_OP_EVENTS)
+                events_ready = true;
+            else
+                sf_thread_complete(t, &events[i]);
+        }
         n = n == SF_MAX_EVENTS ? sf_uring_harvest(t->uring, events, SF_MAX_EVENTS) : 0;
     }
-    return ok;
+    return !events_ready || sf_thread_take_events(t, draining);
 }
 
 /* Moves this thread onto its io_uring, made by sf_server_start; on failure it runs on

@@ -379,6 +379,9 @@ def test_idle_timeout(srv):
 
 
 def test_max_connections(srv):
+    # The start-up check's own connection counts until its thread has seen it close.
+    sftest.wait_until(lambda: stats(srv).get("connections") == 0, 5,
+                      "the start-up check's connection closed")
     held = [sftest.Client(srv.port) for _ in range(8)]
     try:
         for c in held:
@@ -547,7 +550,7 @@ def main():
                      test_idle_timeout):
             r.run(test, srv)
     with Server(env={"SNOWFLAKE_MAX_CONNECTIONS": "8"}, worker_id=WORKER,
-                datacenter_id=DATACENTER) as srv:
+                datacenter_id=DATACENTER, admin=True) as srv:
         r.run(test_max_connections, srv)
     for test in (test_sigterm_answers_in_flight_and_exits_0, test_config_errors,
                  test_config_precedence, test_shipped_config_serves):
