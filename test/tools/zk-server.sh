@@ -12,6 +12,8 @@
 # An ensemble member: before the first start write DIR/port (its client port), DIR/quorum.cfg
 # (the server.N lines, initLimit and syncLimit, as this member shall see them) and
 # DIR/data/myid; start then returns once the process answers, not once it has a quorum.
+# DIR/extra.cfg, if present, is added to the settings at every start (e.g. another
+# maxSessionTimeout for a restart).
 #
 # The server is Debian's `zookeeper` package run directly (ZooKeeperServerMain), so no
 # system service, no /etc change and no port outside the loopback address is involved.
@@ -100,6 +102,8 @@ maxSessionTimeout=60000
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,mntr,cons
 CFG
+  # DIR/extra.cfg, when a test writes one, overrides the settings above (a later key wins).
+  [ -f "$dir/extra.cfg" ] && cat "$dir/extra.cfg" >>"$dir/zoo.cfg"
   main=org.apache.zookeeper.server.ZooKeeperServerMain
   if [ -f "$dir/quorum.cfg" ]; then
     cat "$dir/quorum.cfg" >>"$dir/zoo.cfg"

@@ -13,8 +13,7 @@
 #include "clocks.h"
 #include "registry.h"
 #include "snowflake.h"
-#include "tcp_proxy.h"
-#include "zk_harness.h"
+#include "registry_harness.h"
 
 static sf_test_zk zk; /* one server for the whole binary: the JVM takes a second to start */
 
@@ -32,26 +31,6 @@ static void test_options(sf_registry_options *o, const char *path, int64_t worke
     o->claim_retry_wait_ms = 200;
 }
 
-/* A plain client for looking at the nodes the registry made. */
-static zhandle_t *raw_client(void)
-{
-    zhandle_t *zh = zookeeper_init(zk.hosts, NULL, 4000, NULL, NULL, 0);
-    ck_assert_ptr_nonnull(zh);
-    for (int i = 0; i < 100 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
-        nanosleep(&(struct timespec){0, 50000000}, NULL);
-    ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
-    return zh;
-}
-
-/* Reads a node's data into buf; returns the ZooKeeper code. */
-static int raw_get(zhandle_t *zh, const char *path, char *buf, int len, struct Stat *st)
-{
-    int n = len - 1;
-    int rc = zoo_get(zh, path, 0, buf, &n, st);
-    buf[rc == ZOK && n > 0 ? n : 0] = '\0';
-    return rc;
-}
-
 START_TEST(static_claim_creates_ephemeral_node)
 {
     sf_registry_options o;
@@ -64,16 +43,16 @@ START_TEST(static_claim_creates_ephemeral_node)
     ck_assert_int_eq(id, 7);
     ck_assert_int_eq(floor, -1);
 
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     char data[128];
     struct Stat st;
-    ck_assert_int_eq(raw_get(zh, "/t-static/7", data, sizeof data, &st), ZOK);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-static/7", data, sizeof data, &st), ZOK);
     ck_assert_str_eq(data, "127.0.0.1:7609");
     ck_assert(st.ephemeralOwner != 0);
     sf_registry_close(r);
     /* The session closed: the node is gone at once, and the last timestamp recorded. */
-    ck_assert_int_eq(raw_get(zh, "/t-static/7", data, sizeof data, NULL), ZNONODE);
-    ck_assert_int_eq(raw_get(zh, "/t-static-state/7", data, sizeof data, NULL), ZOK);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-static/7", data, sizeof data, NULL), ZNONODE);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-static-state/7", data, sizeof data, NULL), ZOK);
     int64_t recorded = strtoll(data, NULL, 10);
     ck_assert(recorded > sf_clock_now_ms() - 10000 && recorded <= sf_clock_now_ms());
     zookeeper_close(zh);
@@ -159,7 +138,7 @@ START_TEST(auto_ids_are_distinct_then_exhausted)
     for (int i = 0; i <= SF_REGISTRY_MAX_WORKERS; i++)
         sf_registry_close(jobs[i].r);
     /* The lock nodes are gone: nothing waits behind a dead queue. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     struct String_vector kids = {0, NULL};
     ck_assert_int_eq(zoo_get_children(zh, "/t-auto-locks", 0, &kids), ZOK);
     ck_assert_int_eq(kids.count, 0);
@@ -171,7 +150,7 @@ END_TEST
 /* Writes a recorded timestamp for worker id 5 under path-state. */
 static void record_floor(const char *path, int64_t ts)
 {
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     char node[256], data[32];
     snprintf(node, sizeof node, "%s-state", path);
     zoo_create(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
@@ -213,9 +192,9 @@ START_TEST(restart_safety_refuses_far_recorded_timestamp)
     ck_assert_int_eq(sf_registry_claim(r, &id, &floor, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "max_clock_backward_wait_ms"), "message: %s", err);
     /* It did not keep the id it cannot use. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     char data[64];
-    ck_assert_int_eq(raw_get(zh, "/t-floor-refuse/5", data, sizeof data, NULL), ZNONODE);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-floor-refuse/5", data, sizeof data, NULL), ZNONODE);
     zookeeper_close(zh);
     sf_registry_close(r);
 }
@@ -231,9 +210,9 @@ START_TEST(auth_protects_nodes)
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     char data[64];
-    ck_assert_int_eq(raw_get(zh, "/t-auth/9", data, sizeof data, NULL), ZOK); /* readable */
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-auth/9", data, sizeof data, NULL), ZOK); /* readable */
     ck_assert_int_eq(zoo_delete(zh, "/t-auth/9", -1), ZNOAUTH);
     ck_assert_int_eq(zoo_create(zh, "/t-auth/10", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
                      ZNOAUTH);
@@ -242,130 +221,28 @@ START_TEST(auth_protects_nodes)
 }
 END_TEST
 
-typedef struct state_log {
-    pthread_mutex_t mu;
-    int serving_reports, fenced_reports;
-    bool serving;
-    char reason[512]; /* the last reason reported */
-} state_log;
-
-/* Records what the registry reports, as the daemon's gate would. */
-static void on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                     int64_t valid_until_boot_ms, const char *reason)
-{
-    (void)valid_until_boot_ms;
-    (void)worker_id;
-    (void)floor_ms;
-    (void)valid_until_boot_ms;
-    state_log *s = ctx;
-    pthread_mutex_lock(&s->mu);
-    s->serving = serving;
-    snprintf(s->reason, sizeof s->reason, "%s", reason ? reason : "");
-    if (serving)
-        s->serving_reports++;
-    else
-        s->fenced_reports++;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Waits up to ms for the log to reach the given serving state. */
-static bool wait_serving(state_log *s, bool want, int ms)
-{
-    for (int i = 0; i < ms / 50; i++) {
-        pthread_mutex_lock(&s->mu);
-        bool now = s->serving;
-        pthread_mutex_unlock(&s->mu);
-        if (now == want)
-            return true;
-        nanosleep(&(struct timespec){0, 50000000}, NULL);
-    }
-    return false;
-}
-
-/* CLOCK_BOOTTIME ms, the lease's clock, read here independently of the registry. */
-static int64_t test_boot_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-typedef struct lease_log {
-    pthread_mutex_t mu;
-    int renewals;
-    int64_t until;          /* the last lease reported */
-    int64_t reported_at;    /* when it was reported */
-    int64_t longest;        /* the longest until - reported_at seen */
-    int renewals_at_serving; /* renewals before the first serving report */
-    bool serving;
-    int64_t serving_until;  /* the lease the first serving report carried */
-    int64_t serving_at;     /* when it came */
-} lease_log;
-
-/* Records each lease the registry reports, as the daemon's handler would. */
-static void on_lease(void *ctx, int64_t valid_until_boot_ms)
-{
-    lease_log *l = ctx;
-    int64_t now = test_boot_ms();
-    pthread_mutex_lock(&l->mu);
-    l->renewals++;
-    l->until = valid_until_boot_ms;
-    l->reported_at = now;
-    if (valid_until_boot_ms - now > l->longest)
-        l->longest = valid_until_boot_ms - now;
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* Notes how many leases came before the gate would open. */
-static void on_state_lease(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                           int64_t valid_until_boot_ms, const char *reason)
-{
-    (void)valid_until_boot_ms;
-    (void)worker_id;
-    (void)floor_ms;
-    (void)reason;
-    lease_log *l = ctx;
-    pthread_mutex_lock(&l->mu);
-    if (serving && !l->serving && l->renewals_at_serving < 0) {
-        l->renewals_at_serving = l->renewals;
-        l->serving_until = valid_until_boot_ms;
-        l->serving_at = test_boot_ms();
-    }
-    l->serving = serving;
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* Reads one lease_log field under its lock. */
-static lease_log lease_snapshot(lease_log *l)
-{
-    pthread_mutex_lock(&l->mu);
-    lease_log copy = *l;
-    pthread_mutex_unlock(&l->mu);
-    return copy;
-}
-
 START_TEST(lease_renewed_while_serving)
 {
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
-    lease_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false, 0, 0};
+    sf_test_lease_log log = SF_TEST_LEASE_LOG_INIT;
     test_options(&o, "/t-lease", 6);
-    o.on_state = on_state_lease;
+    o.on_state = sf_test_on_state_lease;
     o.state_ctx = &log;
-    o.on_lease = on_lease;
+    o.on_lease = sf_test_on_lease;
     o.lease_ctx = &log;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     int64_t length = sf_registry_lease_ms(sf_registry_session_timeout_ms(r));
     int64_t period = sf_registry_renew_ms(sf_registry_session_timeout_ms(r));
-    ck_assert_int_eq(lease_snapshot(&log).renewals, 0);
+    ck_assert_int_eq(sf_test_lease_snapshot(&log).renewals, 0);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    lease_log at_start = lease_snapshot(&log);
+    sf_test_lease_log at_start = sf_test_lease_snapshot(&log);
     ck_assert(at_start.serving);
     ck_assert_msg(at_start.renewals_at_serving >= 1, "serving began before any lease");
-    ck_assert_int_gt(at_start.until, test_boot_ms());
+    ck_assert_int_gt(at_start.until, sf_test_boot_ms());
     /* Serving came with that fresh lease, on CLOCK_BOOTTIME (the clock that runs on through
      * a suspend, as ZooKeeper's does). */
     ck_assert_int_eq(at_start.serving_until, at_start.until);
@@ -373,20 +250,20 @@ START_TEST(lease_renewed_while_serving)
                   at_start.serving_until <= at_start.serving_at + length,
                   "serving until %" PRId64 " reported at %" PRId64 " (CLOCK_BOOTTIME), lease %"
                   PRId64 " ms", at_start.serving_until, at_start.serving_at, length);
-    int64_t mono_boot_gap = test_boot_ms() - sf_clocks_boot_ms();
+    int64_t mono_boot_gap = sf_test_boot_ms() - sf_clocks_boot_ms();
     ck_assert_msg(mono_boot_gap >= -5 && mono_boot_gap <= 5, "sf_clocks_boot_ms is not "
                   "CLOCK_BOOTTIME: %" PRId64 " ms apart", mono_boot_gap);
     /* Renewals every period: three of them take 1 s; a loaded ZooKeeper may be slower. */
-    lease_log later = at_start;
+    sf_test_lease_log later = at_start;
     for (int i = 0; i < 50 && later.renewals - at_start.renewals < 3; i++) {
         nanosleep(&(struct timespec){0, 100000000}, NULL);
-        later = lease_snapshot(&log);
+        later = sf_test_lease_snapshot(&log);
     }
     ck_assert_msg(later.renewals - at_start.renewals >= 3,
                   "%d renewals in 5 s, period %" PRId64 " ms",
                   later.renewals - at_start.renewals, period);
     ck_assert_int_gt(later.until, at_start.until);
-    ck_assert_int_gt(later.until, test_boot_ms());
+    ck_assert_int_gt(later.until, sf_test_boot_ms());
     ck_assert_msg(later.longest <= length && later.longest > length / 2,
                   "a lease of %" PRId64 " ms, expected %" PRId64 " (2/3 of the session)",
                   later.longest, length);
@@ -399,32 +276,32 @@ START_TEST(fencing_stops_and_resumes)
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
-    state_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
-    lease_log lease = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false, 0, 0};
+    sf_test_state_log log = SF_TEST_STATE_LOG_INIT;
+    sf_test_lease_log lease = SF_TEST_LEASE_LOG_INIT;
     test_options(&o, "/t-fence", 4);
     o.session_timeout_ms = 1200;
-    o.on_state = on_state;
+    o.on_state = sf_test_on_state;
     o.state_ctx = &log;
-    o.on_lease = on_lease;
+    o.on_lease = sf_test_on_lease;
     o.lease_ctx = &lease;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(wait_serving(&log, true, 1000));
+    ck_assert(sf_test_wait_serving(&log, true, 1000));
     ck_assert_int_eq(sf_test_zk_stop(&zk), 0);
-    int64_t stopped_at = test_boot_ms();
-    ck_assert_msg(wait_serving(&log, false, 3000), "still serving without ZooKeeper");
+    int64_t stopped_at = sf_test_boot_ms();
+    ck_assert_msg(sf_test_wait_serving(&log, false, 3000), "still serving without ZooKeeper");
     /* A failed round trip renews nothing: the last lease predates the stop. */
-    int64_t last_until = lease_snapshot(&lease).until;
+    int64_t last_until = sf_test_lease_snapshot(&lease).until;
     ck_assert_int_gt(last_until, 0);
     ck_assert_int_le(last_until, stopped_at + sf_registry_lease_ms(sf_registry_session_timeout_ms(r)));
     ck_assert_int_eq(sf_registry_worker_id(r), -1);
     nanosleep(&(struct timespec){2, 0}, NULL); /* longer than the session timeout */
-    ck_assert_int_eq(lease_snapshot(&lease).until, last_until);
+    ck_assert_int_eq(sf_test_lease_snapshot(&lease).until, last_until);
     ck_assert_int_eq(sf_test_zk_restart(&zk), 0);
-    ck_assert_msg(wait_serving(&log, true, 15000), "did not serve again after ZooKeeper came back");
-    ck_assert_int_gt(lease_snapshot(&lease).until, test_boot_ms());
+    ck_assert_msg(sf_test_wait_serving(&log, true, 15000), "did not serve again after ZooKeeper came back");
+    ck_assert_int_gt(sf_test_lease_snapshot(&lease).until, sf_test_boot_ms());
     ck_assert_int_eq(sf_registry_worker_id(r), 4);
     ck_assert_int_eq(log.fenced_reports, 1);
     ck_assert_int_eq(log.serving_reports, 2);
@@ -449,17 +326,11 @@ START_TEST(no_server_is_a_clear_error)
 }
 END_TEST
 
-/* Sleeps ms milliseconds. */
-static void test_sleep_ms(int64_t ms)
-{
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
-
 /* Reads a recorded timestamp; -1 when the node is missing. */
 static int64_t raw_get_ts(zhandle_t *zh, const char *path)
 {
     char data[64];
-    if (raw_get(zh, path, data, sizeof data, NULL) != ZOK)
+    if (sf_test_zk_get(zh, path, data, sizeof data, NULL) != ZOK)
         return -1;
     return strtoll(data, NULL, 10);
 }
@@ -476,7 +347,7 @@ START_TEST(floor_is_never_lowered)
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
     /* Another writer (a later holder, or a tool) records a higher timestamp meanwhile:
      * no write of ours may bring it back down, neither while serving nor at shutdown. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     int64_t high = sf_clock_now_ms() + 30000;
     char data[32];
     snprintf(data, sizeof data, "%" PRId64, high);
@@ -485,7 +356,7 @@ START_TEST(floor_is_never_lowered)
         rc = zoo_create(zh, "/t-floor-keep-state/5", data, (int)strlen(data),
                         &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     ck_assert_int_eq(rc, ZOK);
-    test_sleep_ms(2500); /* more than state_interval_ms and several renewals */
+    sf_test_sleep_ms(2500); /* more than state_interval_ms and several renewals */
     int64_t serving_value = raw_get_ts(zh, "/t-floor-keep-state/5");
     sf_registry_close(r);
     int64_t closed_value = raw_get_ts(zh, "/t-floor-keep-state/5");
@@ -502,19 +373,19 @@ START_TEST(former_holder_cannot_write_after_losing_node)
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
-    state_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
+    sf_test_state_log log = SF_TEST_STATE_LOG_INIT;
     test_options(&o, "/t-floor-lost", 5);
-    o.on_state = on_state;
+    o.on_state = sf_test_on_state;
     o.state_ctx = &log;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(wait_serving(&log, true, 1000));
-    test_sleep_ms(800); /* a few renewals: our node's version is past 0 */
+    ck_assert(sf_test_wait_serving(&log, true, 1000));
+    sf_test_sleep_ms(800); /* a few renewals: our node's version is past 0 */
     /* The node is released under us and another session takes id 5 and records a
      * timestamp ahead of our clock: we must stop, and never write its record again. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     ck_assert_int_eq(zoo_delete(zh, "/t-floor-lost/5", -1), ZOK);
     ck_assert_int_eq(zoo_create(zh, "/t-floor-lost/5", "127.0.0.1:9999", 14, &ZOO_OPEN_ACL_UNSAFE,
                                 ZOO_EPHEMERAL, NULL, 0), ZOK);
@@ -522,7 +393,7 @@ START_TEST(former_holder_cannot_write_after_losing_node)
     char data[32];
     snprintf(data, sizeof data, "%" PRId64, theirs);
     ck_assert_int_eq(zoo_set(zh, "/t-floor-lost-state/5", data, (int)strlen(data), -1), ZOK);
-    bool fenced = wait_serving(&log, false, 2000);
+    bool fenced = sf_test_wait_serving(&log, false, 2000);
     sf_registry_close(r);
     int64_t after = raw_get_ts(zh, "/t-floor-lost-state/5");
     zookeeper_close(zh);
@@ -539,7 +410,7 @@ START_TEST(worker_names_are_canonical)
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
     /* "00", "+1" and " 2" are not worker nodes: they neither block ids 0..2 nor count as peers. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     ck_assert_int_eq(zoo_create(zh, "/t-canon", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
     const char *odd[] = {"/t-canon/00", "/t-canon/+1", "/t-canon/ 2"};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
@@ -568,7 +439,7 @@ static void *cancel_claim(void *arg)
     cancel_job *job = arg;
     int64_t floor;
     job->rc = sf_registry_claim(job->r, &job->id, &floor, job->err, sizeof job->err);
-    job->returned_at = test_boot_ms();
+    job->returned_at = sf_test_boot_ms();
     return NULL;
 }
 
@@ -579,8 +450,8 @@ static void claim_then_cancel(sf_registry *r)
     cancel_job job = {.r = r, .rc = 0, .id = -1};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, cancel_claim, &job), 0);
-    test_sleep_ms(300);
-    int64_t cancelled_at = test_boot_ms();
+    sf_test_sleep_ms(300);
+    int64_t cancelled_at = sf_test_boot_ms();
     sf_registry_cancel(r);
     pthread_join(t, NULL);
     ck_assert_int_eq(job.rc, -1);
@@ -632,9 +503,9 @@ START_TEST(cancel_interrupts_floor_wait)
     ck_assert_msg(r != NULL, "%s", err);
     claim_then_cancel(r);
     /* The node it had created for the claim is gone before the session closes. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     char data[64];
-    ck_assert_int_eq(raw_get(zh, "/t-cancel-floor/5", data, sizeof data, NULL), ZNONODE);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/t-cancel-floor/5", data, sizeof data, NULL), ZNONODE);
     zookeeper_close(zh);
     sf_registry_close(r);
 }
@@ -645,7 +516,7 @@ START_TEST(cancel_interrupts_lock_wait)
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     /* A lock node ahead of ours, held by another session: our claim waits behind it. */
-    zhandle_t *zh = raw_client();
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
     zoo_create(zh, "/t-cancel-lock", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     zoo_create(zh, "/t-cancel-lock-locks", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     zoo_create(zh, "/t-cancel-lock-state", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
@@ -667,41 +538,13 @@ START_TEST(cancel_interrupts_lock_wait)
 }
 END_TEST
 
-typedef struct message_log {
-    pthread_mutex_t mu;
-    const char *needle;  /* a warning or error containing this is counted */
-    int matching_errors;
-} message_log;
-
-/* Counts the registry's warnings and errors that name the needle. */
-static void count_errors(void *ctx, const char *level, const char *message)
-{
-    message_log *m = ctx;
-    fprintf(stderr, "registry: %s: %s\n", level, message);
-    pthread_mutex_lock(&m->mu);
-    if (strcmp(level, "info") != 0 && strstr(message, m->needle))
-        m->matching_errors++;
-    pthread_mutex_unlock(&m->mu);
-}
-
-/* Waits up to ms for path to disappear, as seen by a client of the real server. */
-static bool wait_gone(zhandle_t *zh, const char *path, int ms)
-{
-    for (int i = 0; i < ms / 20; i++) {
-        if (zoo_exists(zh, path, 0, NULL) == ZNONODE)
-            return true;
-        test_sleep_ms(20);
-    }
-    return false;
-}
-
 START_TEST(failed_reconnect_is_retried)
 {
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX], hosts[64];
     int64_t id, floor;
-    state_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
-    message_log msgs = {PTHREAD_MUTEX_INITIALIZER, hosts, 0};
+    sf_test_state_log log = SF_TEST_STATE_LOG_INIT;
+    sf_test_message_log msgs = {PTHREAD_MUTEX_INITIALIZER, hosts, 0};
     int zk_port = atoi(strchr(zk.hosts, ':') + 1);
     sf_test_proxy *px = sf_test_proxy_start(zk_port);
     ck_assert_ptr_nonnull(px);
@@ -709,138 +552,60 @@ START_TEST(failed_reconnect_is_retried)
     test_options(&o, "/t-reconnect", 2);
     o.hosts = hosts;
     o.session_timeout_ms = 1200;
-    o.on_state = on_state;
+    o.on_state = sf_test_on_state;
     o.state_ctx = &log;
-    o.log = count_errors;
+    o.log = sf_test_count_messages;
     o.log_ctx = &msgs;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(wait_serving(&log, true, 1000));
+    ck_assert(sf_test_wait_serving(&log, true, 1000));
     /* A silent network until ZooKeeper expires the session... */
     sf_test_proxy_set_mode(px, SF_PROXY_BLACKHOLE);
-    zhandle_t *zh = raw_client();
-    ck_assert_msg(wait_gone(zh, "/t-reconnect/2", 10000), "the session did not expire");
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    ck_assert_msg(sf_test_wait_gone(zh, "/t-reconnect/2", 10000), "the session did not expire");
     zookeeper_close(zh);
-    ck_assert(wait_serving(&log, false, 1000));
+    ck_assert(sf_test_wait_serving(&log, false, 1000));
     /* ...then the old session's reconnect gets through and learns it expired, and the
      * new session that follows is refused for longer than one connection attempt. */
     sf_test_proxy_forward_then_refuse(px, 1);
-    test_sleep_ms(5500);
+    sf_test_sleep_ms(5500);
     pthread_mutex_lock(&msgs.mu);
-    int errors = msgs.matching_errors;
+    int errors = msgs.matching;
     pthread_mutex_unlock(&msgs.mu);
     ck_assert_msg(errors >= 1, "no error named the unreachable %s", hosts);
-    ck_assert_msg(!wait_serving(&log, true, 100), "served without ZooKeeper");
+    ck_assert_msg(!sf_test_wait_serving(&log, true, 100), "served without ZooKeeper");
     pthread_mutex_lock(&log.mu);
     char reason[512];
     snprintf(reason, sizeof reason, "%s", log.reason);
     pthread_mutex_unlock(&log.mu);
     ck_assert_msg(strstr(reason, hosts), "the reason reported is not the current one: %s", reason);
     sf_test_proxy_set_mode(px, SF_PROXY_FORWARD);
-    bool back = wait_serving(&log, true, 8000);
+    bool back = sf_test_wait_serving(&log, true, 8000);
     sf_registry_close(r);
     sf_test_proxy_stop(px);
     ck_assert_msg(back, "still fenced 8 s after ZooKeeper became reachable again");
 }
 END_TEST
 
-/* A three-server ensemble whose third member reaches the other two only through proxies,
- * so a test can cut that member off from the leader while its clients still reach it. */
-typedef struct sf_test_ensemble {
-    sf_test_zk zk[3];
-    sf_test_proxy *px[4]; /* member 3's links: quorum 1, election 1, quorum 2, election 2 */
-    char member3_hosts[64];
-    char quorum_hosts[64];
-} sf_test_ensemble;
-
-/* Waits up to ms for a member to report one of the roles (a ","-joined list). */
-static bool wait_mode(sf_test_zk *zk, const char *roles, int ms)
-{
-    char mode[64] = "";
-    for (int i = 0; i < ms / 200; i++) {
-        if (sf_test_zk_mode(zk, mode, sizeof mode) == 0 && strcmp(mode, "none") != 0 &&
-            strstr(roles, mode))
-            return true;
-        test_sleep_ms(200);
-    }
-    fprintf(stderr, "ensemble member %s is '%s', wanted %s\n", zk->dir, mode, roles);
-    return false;
-}
-
-/* Stops every member and proxy; safe on a half-started ensemble. */
-static void ensemble_destroy(sf_test_ensemble *e)
-{
-    for (int i = 0; i < 3; i++)
-        sf_test_zk_destroy(&e->zk[i]);
-    for (int i = 0; i < 4; i++) {
-        sf_test_proxy_stop(e->px[i]);
-        e->px[i] = NULL;
-    }
-}
-
-/* Starts members 1 and 2 (2 leads: equal data, higher id), then member 3 as a follower.
- * syncLimit x tickTime = 5 s, far longer than the tests' sessions: a cut-off follower
- * goes on answering reads well past the moment the leader expires a session. */
-static bool ensemble_start(sf_test_ensemble *e)
-{
-    memset(e, 0, sizeof *e);
-    int c[3], q[3], el[3];
-    for (int i = 0; i < 3; i++) {
-        c[i] = sf_test_zk_free_port();
-        q[i] = sf_test_zk_free_port();
-        el[i] = sf_test_zk_free_port();
-    }
-    for (int i = 0; i < 2; i++) {
-        e->px[2 * i] = sf_test_proxy_start(q[i]);
-        e->px[2 * i + 1] = sf_test_proxy_start(el[i]);
-        if (!e->px[2 * i] || !e->px[2 * i + 1])
-            return false;
-    }
-    char direct[512], via[512];
-    snprintf(direct, sizeof direct, "initLimit=25\nsyncLimit=25\n"
-             "server.1=127.0.0.1:%d:%d\nserver.2=127.0.0.1:%d:%d\nserver.3=127.0.0.1:%d:%d\n",
-             q[0], el[0], q[1], el[1], q[2], el[2]);
-    snprintf(via, sizeof via, "initLimit=25\nsyncLimit=25\n"
-             "server.1=127.0.0.1:%d:%d\nserver.2=127.0.0.1:%d:%d\nserver.3=127.0.0.1:%d:%d\n",
-             sf_test_proxy_port(e->px[0]), sf_test_proxy_port(e->px[1]),
-             sf_test_proxy_port(e->px[2]), sf_test_proxy_port(e->px[3]), q[2], el[2]);
-    if (sf_test_zk_start_member(&e->zk[0], 1, c[0], direct) != 0 ||
-        sf_test_zk_start_member(&e->zk[1], 2, c[1], direct) != 0 ||
-        !wait_mode(&e->zk[1], "leader", 30000) ||
-        sf_test_zk_start_member(&e->zk[2], 3, c[2], via) != 0 ||
-        !wait_mode(&e->zk[2], "follower", 30000))
-        return false;
-    snprintf(e->member3_hosts, sizeof e->member3_hosts, "127.0.0.1:%d", c[2]);
-    snprintf(e->quorum_hosts, sizeof e->quorum_hosts, "127.0.0.1:%d", c[1]);
-    return true;
-}
-
-/* Cuts member 3 off from 1 and 2 (its sockets stay open, nothing passes). */
-static void ensemble_cut_member3(sf_test_ensemble *e)
-{
-    for (int i = 0; i < 4; i++)
-        sf_test_proxy_set_mode(e->px[i], SF_PROXY_BLACKHOLE);
-}
-
 START_TEST(cut_off_follower_cannot_renew)
 {
     sf_test_ensemble e;
-    bool started = ensemble_start(&e);
+    bool started = sf_test_ensemble_start(&e, NULL);
     if (!started)
-        ensemble_destroy(&e);
+        sf_test_ensemble_destroy(&e);
     ck_assert_msg(started, "the ensemble did not start");
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     int64_t id, floor;
-    lease_log lease = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false, 0, 0};
+    sf_test_lease_log lease = SF_TEST_LEASE_LOG_INIT;
     test_options(&o, "/t-partition", 8);
     o.hosts = e.member3_hosts;
     o.session_timeout_ms = 1200;
-    o.on_state = on_state_lease;
+    o.on_state = sf_test_on_state_lease;
     o.state_ctx = &lease;
-    o.on_lease = on_lease;
+    o.on_lease = sf_test_on_lease;
     o.lease_ctx = &lease;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     bool claimed = r && sf_registry_claim(r, &id, &floor, err, sizeof err) == 0 &&
@@ -849,21 +614,21 @@ START_TEST(cut_off_follower_cannot_renew)
     bool gone = false;
     int64_t gone_at = 0, last_until = 0;
     if (claimed) {
-        test_sleep_ms(500);
+        sf_test_sleep_ms(500);
         zh = zookeeper_init(e.quorum_hosts, NULL, 4000, NULL, NULL, 0);
         for (int i = 0; zh && i < 100 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
-            test_sleep_ms(50);
-        ensemble_cut_member3(&e);
+            sf_test_sleep_ms(50);
+        sf_test_ensemble_cut_member3(&e);
         /* The leader expires our session; from then on another node may claim id 8. */
-        gone = zh && wait_gone(zh, "/t-partition/8", 10000);
-        gone_at = test_boot_ms();
-        test_sleep_ms(5500); /* until the follower itself notices it is cut off */
-        last_until = lease_snapshot(&lease).until;
+        gone = zh && sf_test_wait_gone(zh, "/t-partition/8", 10000);
+        gone_at = sf_test_boot_ms();
+        sf_test_sleep_ms(5500); /* until the follower itself notices it is cut off */
+        last_until = sf_test_lease_snapshot(&lease).until;
     }
     if (zh)
         zookeeper_close(zh);
     sf_registry_close(r);
-    ensemble_destroy(&e);
+    sf_test_ensemble_destroy(&e);
     ck_assert_msg(claimed, "%s", err);
     ck_assert_msg(gone, "the leader did not expire the session of the cut-off client");
     ck_assert_msg(last_until < gone_at, "a lease until %" PRId64 " ms, %" PRId64 " ms past the "

@@ -146,3 +146,8 @@ int sf_test_zk_stop_all_under(const char *base)
     }
     return 0;
 }
+
+int sf_test_zk_set_extra_cfg(sf_test_zk *zk, const char *cfg)
+{
+    return write_file(zk->dir, "extra.cfg", cfg);
+}

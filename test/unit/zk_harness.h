@@ -19,6 +19,10 @@ int sf_test_zk_stop(sf_test_zk *zk);
 /* Starts the server again on the same port with the same data. */
 int sf_test_zk_restart(sf_test_zk *zk);
 
+/* Writes settings that every later start of the server adds to its own (zoo.cfg lines,
+ * e.g. "maxSessionTimeout=2000\n"), so a restart can change them. 0, or -1 after printing why. */
+int sf_test_zk_set_extra_cfg(sf_test_zk *zk, const char *cfg);
+
 /* A free TCP port on 127.0.0.1 (bound and released: free at the moment of the call). */
 int sf_test_zk_free_port(void);
 
