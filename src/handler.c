@@ -30,6 +30,7 @@ typedef struct sf_handler_view {
     gboolean serving;     /* the gate */
     uint64_t epoch;       /* bumped by every publish, never by a lease renewal */
     int64_t lease_until;  /* CLOCK_BOOTTIME ms; 0 = no lease (standalone) */
+    int64_t reserved_until; /* Unix ms: no id past this timestamp; 0 = no reservation */
 } sf_handler_view;
 
 struct _SfHandler {
@@ -45,6 +46,7 @@ struct _SfHandler {
     atomic_bool view_serving;
     atomic_uint_fast64_t view_epoch;
     _Atomic int64_t view_lease_until;
+    _Atomic int64_t view_reserved_until;
     GMutex lock;            /* guards writers, retired and reason */
     GPtrArray *retired;     /* every worker ever published, freed at finalize */
     char *reason;
@@ -108,6 +110,7 @@ static void sf_handler_read_view(SfHandler *h, sf_handler_view *v)
         v->serving = atomic_load_explicit(&h->view_serving, memory_order_relaxed);
         v->epoch = atomic_load_explicit(&h->view_epoch, memory_order_relaxed);
         v->lease_until = atomic_load_explicit(&h->view_lease_until, memory_order_relaxed);
+        v->reserved_until = atomic_load_explicit(&h->view_reserved_until, memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&h->view_seq, memory_order_relaxed) == before)
             return;
@@ -116,7 +119,8 @@ static void sf_handler_read_view(SfHandler *h, sf_handler_view *v)
 
 /* Writes the view (caller holds h->lock): epoch_step 1 for a publish, 0 for a renewal. */
 static void sf_handler_write_view(SfHandler *h, sf_worker *w, gboolean serving,
-                                  int64_t lease_until, uint64_t epoch_step)
+                                  int64_t lease_until, int64_t reserved_until,
+                                  uint64_t epoch_step)
 {
     uint64_t seq = atomic_load_explicit(&h->view_seq, memory_order_relaxed);
     atomic_store_explicit(&h->view_seq, seq + 1, memory_order_relaxed);
@@ -127,11 +131,14 @@ static void sf_handler_write_view(SfHandler *h, sf_worker *w, gboolean serving,
                           atomic_load_explicit(&h->view_epoch, memory_order_relaxed) + epoch_step,
                           memory_order_relaxed);
     atomic_store_explicit(&h->view_lease_until, lease_until, memory_order_relaxed);
+    atomic_store_explicit(&h->view_reserved_until, reserved_until, memory_order_relaxed);
     atomic_store_explicit(&h->view_seq, seq + 2, memory_order_release);
 }
 
-/* Why a view does not serve, newly allocated; NULL when it serves at boot-clock time now. */
-static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t now)
+/* Why a view does not serve, newly allocated; NULL when it serves at boot-clock time now
+ * an id made at made_ts (Unix ms; -1 = none made yet). */
+static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t now,
+                                int64_t made_ts)
 {
     if (v->worker == NULL)
         return g_strdup("no worker id is held");
@@ -146,6 +153,11 @@ static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t 
                                "the session may have expired and another node may hold our "
                                "worker id; waiting for the lease to be renewed",
                                (gint64)(now - v->lease_until));
+    if (v->reserved_until != 0 && made_ts > v->reserved_until)
+        return g_strdup_printf("the clock is past the timestamps reserved in ZooKeeper (up to %"
+                               G_GINT64_FORMAT "): another node may take our worker id from "
+                               "there; waiting for the next renewal to reserve more",
+                               (gint64)v->reserved_until);
     return NULL;
 }
 
@@ -156,20 +168,22 @@ static _Thread_local gboolean sf_handler_refused_here;
 /* The request path's one check, made before an id is made and again after: TRUE when
  * the published view serves at a boot-clock reading taken now and, after (made_under
  * non-NULL), is still the view the ids were made under (no fence, no new worker, no
- * claim in between; a renewal keeps the epoch). Fills *v with the view read. Otherwise
- * sets *message to why, counts the refusal and returns FALSE: ids made meanwhile are
- * discarded by the caller, never handed out. */
+ * claim in between; a renewal keeps the epoch) and the latest id made, at made_ts (Unix
+ * ms), is within the reservation. Fills *v with the view read. Otherwise sets *message
+ * to why, counts the refusal and returns FALSE: ids made meanwhile are discarded by the
+ * caller, never handed out. */
 static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under,
-                                 sf_handler_view *v, char **message)
+                                 int64_t made_ts, sf_handler_view *v, char **message)
 {
     sf_handler_read_view(h, v);
     int64_t now = v->lease_until != 0 ? sf_clocks_boot_ms() : 0;
     gboolean same = made_under == NULL ||
                     (v->epoch == made_under->epoch && v->worker == made_under->worker);
     if (G_LIKELY(same && v->worker != NULL && v->serving &&
-                 (v->lease_until == 0 || now < v->lease_until)))
+                 (v->lease_until == 0 || now < v->lease_until) &&
+                 (v->reserved_until == 0 || made_ts <= v->reserved_until)))
         return TRUE;
-    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clocks_boot_ms())
+    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clocks_boot_ms(), made_ts)
                         : g_strdup("fenced while the id was being made: the worker id may have "
                                    "changed hands; retry");
     *message = reason != NULL ? reason : g_strdup("not serving");
@@ -235,7 +249,8 @@ static sf_handler_outcome sf_handler_make_ids(SfHandler *h, const sf_handler_vie
                                   memory_order_relaxed);
         return SF_HANDLER_INVALID_SYSTEM_CLOCK;
     }
-    if (!sf_handler_check(h, before, &after, message)) {
+    int64_t made_ts = (ids[count - 1] >> SF_TIMESTAMP_SHIFT) + sf_worker_epoch(before->worker);
+    if (!sf_handler_check(h, before, made_ts, &after, message)) {
         sf_handler_count_discarded(h, (uint64_t)count);
         return SF_HANDLER_SERVICE_UNAVAILABLE;
     }
@@ -250,7 +265,7 @@ static sf_handler_outcome sf_handler_do_get_id(SfHandler *h, const char *agent, 
     sf_handler_view before;
     if (sf_handler_refuse_bad_agent(h, agent, message))
         return SF_HANDLER_INVALID_USER_AGENT;
-    if (!sf_handler_check(h, NULL, &before, message))
+    if (!sf_handler_check(h, NULL, -1, &before, message))
         return SF_HANDLER_SERVICE_UNAVAILABLE;
     sf_handler_outcome o = sf_handler_make_ids(h, &before, id, 1, message);
     if (o != SF_HANDLER_OK)
@@ -275,7 +290,7 @@ static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent,
                                   memory_order_relaxed);
         return SF_HANDLER_INVALID_REQUEST;
     }
-    if (!sf_handler_check(h, NULL, &before, message))
+    if (!sf_handler_check(h, NULL, -1, &before, message))
         return SF_HANDLER_SERVICE_UNAVAILABLE;
     sf_handler_outcome o = sf_handler_make_ids(h, &before, ids, (size_t)count, message);
     if (o != SF_HANDLER_OK)
@@ -446,14 +461,15 @@ SfHandler *sf_handler_new(const sf_handler_options *o)
 }
 
 void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
-                        int64_t lease_until_boot_ms, const char *reason)
+                        int64_t lease_until_boot_ms, int64_t reserved_until_ms,
+                        const char *reason)
 {
     g_mutex_lock(&h->lock);
     if (w != NULL && !g_ptr_array_find(h->retired, w, NULL))
         g_ptr_array_add(h->retired, w);
     g_free(h->reason);
     h->reason = g_strdup(reason);
-    sf_handler_write_view(h, w, serving && w != NULL, lease_until_boot_ms, 1);
+    sf_handler_write_view(h, w, serving && w != NULL, lease_until_boot_ms, reserved_until_ms, 1);
     g_mutex_unlock(&h->lock);
 }
 
@@ -463,16 +479,17 @@ void sf_handler_close(SfHandler *h, const char *reason)
     g_free(h->reason);
     h->reason = g_strdup(reason);
     sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed), FALSE,
-                          0, 1);
+                          0, 0, 1);
     g_mutex_unlock(&h->lock);
 }
 
-void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms)
+void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
+                            int64_t reserved_until_ms)
 {
     g_mutex_lock(&h->lock);
     sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed),
                           atomic_load_explicit(&h->view_serving, memory_order_relaxed),
-                          lease_until_boot_ms, 0);
+                          lease_until_boot_ms, reserved_until_ms, 0);
     g_mutex_unlock(&h->lock);
 }
 
@@ -487,7 +504,8 @@ gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
     sf_handler_view v;
     sf_handler_read_view(h, &v);
-    char *why = sf_handler_refusal(h, &v, sf_clocks_boot_ms());
+    char *why = sf_handler_refusal(h, &v, sf_clocks_boot_ms(),
+                                   v.reserved_until != 0 ? sf_clock_now_ms() : -1);
     if (reason != NULL)
         *reason = why;
     else
@@ -565,6 +583,7 @@ static void sf_handler_init(SfHandler *h)
     atomic_init(&h->view_serving, false);
     atomic_init(&h->view_epoch, 0);
     atomic_init(&h->view_lease_until, 0);
+    atomic_init(&h->view_reserved_until, 0);
     g_mutex_init(&h->lock);
     h->retired = g_ptr_array_new_with_free_func((GDestroyNotify)sf_worker_free);
     h->reason = g_strdup("starting");

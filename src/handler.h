@@ -64,19 +64,23 @@ SfHandler *sf_handler_new(const sf_handler_options *o);
  * ownership and keeps every worker it was given until it is finalized, as a request on
  * another thread may still be using one; publishing the same worker again is fine);
  * serving opens the gate; lease_until_boot_ms is when the right to hand out ids ends, on
- * CLOCK_BOOTTIME in ms (0 = no lease: standalone); reason (copied) says why while closed.
- * Apply any timestamp floor to w before publishing it. Every publish starts a new epoch:
- * ids being made under the previous one when it happens are discarded, never handed out. */
+ * CLOCK_BOOTTIME in ms (0 = no lease: standalone); reserved_until_ms the latest timestamp
+ * (Unix ms) an id handed out may carry (0 = no limit); reason (copied) says why while
+ * closed. Apply any timestamp floor to w before publishing it. Every publish starts a new
+ * epoch: ids being made under the previous one when it happens are discarded, never
+ * handed out. */
 void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
-                        int64_t lease_until_boot_ms, const char *reason);
+                        int64_t lease_until_boot_ms, int64_t reserved_until_ms,
+                        const char *reason);
 
 /* Closes the gate, keeping the worker (get_worker_id still answers it); get_id and
  * get_ids throw ServiceUnavailable carrying reason (copied). */
 void sf_handler_close(SfHandler *h, const char *reason);
 
-/* Extends the lease of what is published (a renewal): the epoch stays, so ids being made
- * now are still handed out. */
-void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms);
+/* Extends the lease and the reservation of what is published (a renewal): the epoch
+ * stays, so ids being made now are still handed out. */
+void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
+                            int64_t reserved_until_ms);
 
 /* The worker published now, or NULL; it stays valid while the handler lives. */
 sf_worker *sf_handler_current_worker(SfHandler *h);

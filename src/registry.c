@@ -34,6 +34,9 @@
 #define SF_REG_BACKOFF_MIN_MS 100 /* the first retry after a failure */
 #define SF_REG_BACKOFF_MAX_MS 5000
 #define SF_REG_CONNECT_MIN_MS 5000 /* a new session gets at least this long to come up */
+#define SF_REG_PENDING 8          /* confirmed renewals of one connection not yet certified */
+#define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
+#define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
 
 typedef enum sf_reg_state {
     SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
@@ -61,9 +64,16 @@ typedef enum sf_reg_event {
 typedef struct sf_reg_report {
     bool is_lease;
     bool serving;
-    int64_t worker_id, floor_ms, until;
+    int64_t worker_id, floor_ms, until, reserved;
     char reason[SF_REG_REASON_MAX];
 } sf_reg_report;
+
+/* What a state node says: the floor a new holder must wait past, and whether it is the
+ * exact last timestamp of a clean release (else a reservation). */
+typedef struct sf_reg_record {
+    int64_t floor;    /* Unix ms, -1 = none */
+    bool released;
+} sf_reg_record;
 
 /* The renewal write in flight: ZooKeeper fills results and stats when it completes. */
 typedef struct sf_reg_renewal {
@@ -73,9 +83,11 @@ typedef struct sf_reg_renewal {
     sf_reg_event outcome; /* what it told the state machine */
     uint64_t seq;
     int64_t t0;           /* boot ms taken before it was sent */
+    uint64_t conn;        /* the connection it was sent on (r->conn when sent) */
     int64_t value;        /* the timestamp it records */
+    bool release;         /* the last record of a clean stop: "released", not "reserved" */
     zhandle_t *zh;        /* the handle it was sent on */
-    char data[32];
+    char data[48];
     zoo_op_t ops[2];
     zoo_op_result_t results[2];
     struct Stat worker_stat, state_stat;
@@ -91,21 +103,35 @@ struct sf_registry {
     pthread_mutex_t mu;      /* guards everything below */
     pthread_cond_t cv;       /* on CLOCK_MONOTONIC: only waits, never leases */
     zhandle_t *zh;           /* the current session's handle; NULL between sessions */
-    int negotiated_ms;
+    int negotiated_ms;       /* the session timeout granted on the current connection */
     sf_reg_state state;
     bool connected;          /* the connection is up */
     bool expired;            /* the session is gone: a new handle is needed */
     bool stop;               /* cancelled or closing */
     bool watching;           /* sf_registry_watch ran: reports go to the callbacks */
     int64_t disconnected_since; /* boot ms, 0 while connected */
+    uint64_t conn;           /* bumped by every change of the connection */
+    bool fresh_session;      /* the session's first connection has not come up yet */
+    int64_t session_started; /* boot ms just before the current session was asked for */
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
 
     int64_t held_id;         /* -1 while no id is held */
-    int64_t floor_ms;        /* the recorded timestamp found when the id was claimed */
+    int64_t floor_ms;        /* the floor found when the id was claimed */
     int32_t worker_version;  /* our worker node's version as last written */
     int32_t state_version;   /* the state node's version as last read or written; -1 = none */
-    int64_t state_value;     /* the timestamp at state_version */
+    int64_t state_value;     /* the floor at state_version */
+    bool state_released;     /* ...the exact last timestamp of a clean stop, not a reservation */
+    int64_t base_floor;      /* the highest floor not of our making: found at the claim, or
+                              * written meanwhile by another; a clean release never goes below */
+    int64_t reserved_until;  /* Unix ms: the reservation of the last confirmed renewal */
+    int64_t own_value;       /* the highest reservation we sent for the id held */
+    int64_t anchor;          /* boot ms: the leader's expiry of our session is at least this + */
+    int anchor_timeout_ms;   /* ...the session timeout then in force (see registry.h) */
+    int64_t pending[SF_REG_PENDING]; /* send times of confirmed renewals on this connection */
+    int pending_count;       /* ...not yet certified by a later one */
+    char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
+    int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
     int64_t next_renew;      /* boot ms */
@@ -268,17 +294,23 @@ static void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         sf_reg_move(r, SF_REG_STOPPING, NULL);
         break;
     case SF_REG_EV_CONNECTED:
+        r->conn++;
+        r->pending_count = 0;
         r->connected = true;
         r->disconnected_since = 0;
         if (r->state == SF_REG_CONNECTING)
             sf_reg_move(r, SF_REG_CLAIMING, NULL);
         break;
     case SF_REG_EV_DISCONNECTED:
+        r->conn++;
+        r->pending_count = 0;
         if (r->connected || r->disconnected_since == 0)
             r->disconnected_since = now;
         r->connected = false;
         break;
     case SF_REG_EV_EXPIRED:
+        r->conn++;
+        r->pending_count = 0;
         if (r->connected || r->disconnected_since == 0)
             r->disconnected_since = now;
         r->connected = false;
@@ -295,14 +327,22 @@ static void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         r->lease_failing = false;
         if (r->state != SF_REG_SERVING && r->state != SF_REG_WAITING_FLOOR)
             break;
-        sf_reg_report rep = {.is_lease = true, .until = r->lease_until};
+        /* Confirmed, but the lease may not be certified yet (see registry.h): serving
+         * begins with a lease that has a report interval left, so that the renewals to
+         * come can certify the next one before it runs out. */
+        if (r->lease_until <= now ||
+            (!was_serving && r->lease_until - now < sf_registry_report_ms(r->negotiated_ms)))
+            break;
+        sf_reg_report rep = {.is_lease = true, .until = r->lease_until,
+                             .reserved = r->reserved_until};
         sf_reg_queue(r, &rep);
         if (!was_serving) {
             sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
             r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
             r->reason[0] = '\0';
             sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
-                                .floor_ms = r->floor_ms, .until = r->lease_until};
+                                .floor_ms = r->floor_ms, .until = r->lease_until,
+                                .reserved = r->reserved_until};
             snprintf(on.reason, sizeof on.reason, "%s",
                      r->serve_reason ? r->serve_reason : "worker id claimed");
             sf_reg_queue(r, &on);
@@ -365,12 +405,76 @@ static void sf_reg_deliver(sf_registry *r)
         pthread_mutex_unlock(&r->mu);
         if (rep.is_lease) {
             if (r->o.on_lease)
-                r->o.on_lease(r->o.lease_ctx, rep.until);
+                r->o.on_lease(r->o.lease_ctx, rep.until, rep.reserved);
         } else if (r->o.on_state) {
             r->o.on_state(r->o.state_ctx, rep.serving, rep.worker_id, rep.floor_ms, rep.until,
-                          rep.reason);
+                          rep.reserved, rep.reason);
         }
     }
+}
+
+/* When the lease certified so far ends (see registry.h): 2/3 of the shorter of the session
+ * timeouts granted then and now, after the anchor; 0 without one. Lock held. */
+static int64_t sf_reg_lease_end(const sf_registry *r)
+{
+    if (r->anchor <= 0)
+        return 0;
+    int timeout = r->anchor_timeout_ms < r->negotiated_ms ? r->anchor_timeout_ms : r->negotiated_ms;
+    return r->anchor + sf_registry_lease_ms(timeout);
+}
+
+/* A connection came up with the session timeout granted_ms (lock held). A new session's
+ * first connection makes the moment the session was asked for its first anchor; a later one
+ * may come with another timeout, which everything is timed by from now on (a shorter one
+ * shortens the lease at once). */
+static void sf_reg_granted(sf_registry *r, int granted_ms)
+{
+    if (r->fresh_session) {
+        r->fresh_session = false;
+        r->negotiated_ms = granted_ms;
+        r->anchor = r->session_started;
+        r->anchor_timeout_ms = granted_ms;
+        return;
+    }
+    if (granted_ms == r->negotiated_ms || granted_ms <= 0)
+        return;
+    sf_reg_log(r, "warning", "ZooKeeper granted a session timeout of %d ms on reconnecting "
+               "(%d ms before): the lease, the renewals and the grace follow it",
+               granted_ms, r->negotiated_ms);
+    r->negotiated_ms = granted_ms;
+    int64_t end = sf_reg_lease_end(r);
+    if (r->lease_until > end) {
+        r->lease_until = end;
+        sf_reg_report rep = {.is_lease = true, .until = end, .reserved = r->reserved_until};
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue(r, &rep);
+    }
+}
+
+/* A confirmed renewal w certifies the confirmed renewals sent on its connection at least
+ * one report interval before it (see registry.h): the latest of them becomes the anchor.
+ * It then waits to be certified itself. A renewal whose connection changed while it was
+ * out certifies nothing: which follower carried it is unknown. Lock held. */
+static void sf_reg_certify(sf_registry *r, const sf_reg_renewal *w)
+{
+    if (w->conn != r->conn)
+        return;
+    int64_t cutoff = w->t0 - sf_registry_report_ms(r->negotiated_ms);
+    int kept = 0;
+    for (int i = 0; i < r->pending_count; i++) {
+        if (r->pending[i] > cutoff) {
+            r->pending[kept++] = r->pending[i];
+        } else if (r->pending[i] > r->anchor) {
+            r->anchor = r->pending[i];
+            r->anchor_timeout_ms = r->negotiated_ms;
+        }
+    }
+    r->pending_count = kept;
+    if (r->pending_count == SF_REG_PENDING) {
+        memmove(r->pending, r->pending + 1, (SF_REG_PENDING - 1) * sizeof r->pending[0]);
+        r->pending_count--;
+    }
+    r->pending[r->pending_count++] = w->t0;
 }
 
 /* The session watcher: turns connection changes into events; never calls into ZooKeeper.
@@ -381,8 +485,10 @@ static void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const cha
     sf_registry *r = ctx;
     pthread_mutex_lock(&r->mu);
     if (type == ZOO_SESSION_EVENT && zh == r->zh) {
-        if (state == ZOO_CONNECTED_STATE)
+        if (state == ZOO_CONNECTED_STATE) {
+            sf_reg_granted(r, zoo_recv_timeout(zh));
             sf_reg_step(r, SF_REG_EV_CONNECTED, NULL);
+        }
         else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
             sf_reg_step(r, SF_REG_EV_EXPIRED, NULL);
         else
@@ -412,12 +518,16 @@ static int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     r->zh = NULL;
     r->connected = false;
     r->expired = false;
+    r->fresh_session = true;
+    r->anchor = 0;
+    r->pending_count = 0;
     pthread_mutex_unlock(&r->mu);
     if (old)
         zookeeper_close(old);
     /* The watcher may run before zookeeper_init returns: it must find the new handle. */
     pthread_mutex_lock(&r->mu);
     errno = 0;
+    r->session_started = sf_clocks_boot_ms();
     r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);
     bool ok = r->zh != NULL;
     pthread_mutex_unlock(&r->mu);
@@ -456,7 +566,6 @@ static int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
                        r->hosts, wait_ms);
         return -1;
     }
-    r->negotiated_ms = zoo_recv_timeout(zh);
     if (!r->auth)
         return 0;
     pthread_mutex_lock(&r->mu);
@@ -563,6 +672,166 @@ bool sf_registry_parse_worker_id(const char *name, int64_t *id)
     return true;
 }
 
+/* Parses a state node's data (see registry.h): "reserved N", "released N", or an earlier
+ * version's plain N, read as a reservation ending one lease later. False for anything else. */
+static bool sf_reg_parse_record(const char *data, int64_t lease_ms, sf_reg_record *rec)
+{
+    static const char reserved[] = "reserved ", released[] = "released ";
+    const char *num = data;
+    bool legacy = false;
+    rec->released = false;
+    if (strncmp(data, reserved, sizeof reserved - 1) == 0) {
+        num = data + sizeof reserved - 1;
+    } else if (strncmp(data, released, sizeof released - 1) == 0) {
+        num = data + sizeof released - 1;
+        rec->released = true;
+    } else {
+        legacy = true;
+    }
+    if (!(*num == '-' || (*num >= '0' && *num <= '9')))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(num, &end, 10);
+    if (*end || errno)
+        return false;
+    rec->floor = legacy && v >= 0 ? v + lease_ms : v;
+    return true;
+}
+
+/* Reads the record of id with its version: 0 (floor -1 and version -1 when there is no
+ * state node yet), or -1 on a ZooKeeper error (err filled). Data that is no record is
+ * logged and read as no floor: the next write replaces it. */
+static int sf_reg_read_state(sf_registry *r, int64_t id, sf_reg_record *rec, int32_t *version,
+                             char *err, size_t errlen)
+{
+    char path[SF_REG_PATH_MAX], data[64];
+    struct Stat st;
+    sf_reg_state_node(r, id, path, sizeof path);
+    rec->floor = -1;
+    rec->released = false;
+    *version = -1;
+    int rc = sf_reg_get_string(r, path, data, sizeof data, &st);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK) {
+        sf_reg_set_err(err, errlen, "cannot read the floor in %s: %s", path, zerror(rc));
+        return -1;
+    }
+    *version = st.version;
+    pthread_mutex_lock(&r->mu);
+    int64_t lease = sf_registry_lease_ms(r->negotiated_ms);
+    pthread_mutex_unlock(&r->mu);
+    if (!sf_reg_parse_record(data, lease, rec)) {
+        rec->floor = -1;
+        sf_reg_log(r, "warning", "%s holds '%s', not a floor ('reserved MS' or 'released MS'); "
+                   "ignored", path, data);
+    }
+    return 0;
+}
+
+/* Makes sure the state node of id exists, so every later write of it can be conditional
+ * on its version; fills the registry's view of it. */
+static int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen)
+{
+    sf_reg_record rec;
+    int32_t version;
+    for (int tries = 0; tries < 3; tries++) {
+        if (sf_reg_read_state(r, id, &rec, &version, err, errlen) != 0)
+            return -1;
+        if (version >= 0) {
+            pthread_mutex_lock(&r->mu);
+            r->state_value = rec.floor;
+            r->state_released = rec.released;
+            r->state_version = version;
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
+        char path[SF_REG_PATH_MAX];
+        sf_reg_state_node(r, id, path, sizeof path);
+        int rc = zoo_create(r->zh, path, "released -1", 11, sf_reg_acl(r), 0, NULL, 0);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
+                           rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            return -1;
+        }
+    }
+    sf_reg_set_err(err, errlen, "the state node for worker id %" PRId64 " under %s keeps "
+                   "vanishing; is another tool deleting it?", id, r->state_path);
+    return -1;
+}
+
+/* How far ahead of our clock a floor may be for us to wait it out: the lease its holder
+ * may have held plus the clock skew the peers' check tolerates, or
+ * max_clock_backward_wait_ms if longer. A floor further ahead was left by a clock far off. */
+static int64_t sf_reg_floor_wait_limit(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t limit = r->o.max_clock_skew_ms + sf_registry_lease_ms(r->negotiated_ms);
+    pthread_mutex_unlock(&r->mu);
+    return r->o.max_clock_backward_wait_ms > limit ? r->o.max_clock_backward_wait_ms : limit;
+}
+
+/* True when the floor recorded for id is further ahead of our clock than we wait
+ * (*floor_ms filled); false also when it cannot be read (the claim reports that). */
+static bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms)
+{
+    sf_reg_record rec;
+    int32_t version;
+    char err[SF_REGISTRY_ERR_MAX];
+    if (sf_reg_read_state(r, id, &rec, &version, err, sizeof err) != 0)
+        return false;
+    *floor_ms = rec.floor;
+    return rec.floor - sf_clock_now_ms() + 1 > sf_reg_floor_wait_limit(r);
+}
+
+/* Restart safety: waits until our clock is past the floor recorded for id, if that is at
+ * most sf_reg_floor_wait_limit away; otherwise fails. Cancellable. kept: the id was ours
+ * all along (our session survived), so a reservation of our own is no floor for us: only
+ * what others recorded is. */
+static int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
+                                 char *err, size_t errlen)
+{
+    if (sf_reg_load_state(r, id, err, errlen) != 0)
+        return -1;
+    pthread_mutex_lock(&r->mu);
+    int64_t floor = r->state_value;
+    bool released = r->state_released;
+    if (kept && floor <= r->own_value)
+        floor = r->base_floor;
+    pthread_mutex_unlock(&r->mu);
+    *floor_ms = floor;
+    int64_t now = sf_clock_now_ms();
+    if (floor < now)
+        return 0;
+    int64_t behind = floor - now + 1, limit = sf_reg_floor_wait_limit(r);
+    if (behind > limit) {
+        sf_reg_set_err(err, errlen,
+                "our clock is %" PRId64 " ms behind the floor recorded for worker id %" PRId64
+                " (%s/%" PRId64 " = %" PRId64 "), further than a new holder waits (%" PRId64
+                " ms: the lease plus the peers' clock tolerance of %" PRId64 " ms, or "
+                "max_clock_backward_wait_ms if longer); ids could repeat. Fix the clock; or, if "
+                "the floor was left by a clock that ran ahead, see it with `snowflake-zk floor %"
+                PRId64 "` and reset it with `snowflake-zk reset-floor %" PRId64 "`",
+                behind, id, r->state_path, id, floor, limit, r->o.max_clock_skew_ms, id, id);
+        return -1;
+    }
+    sf_reg_log(r, "warning", "waiting %" PRId64 " ms for the clock to pass the floor "
+               "recorded for worker id %" PRId64 " (%s)", behind, id,
+               released ? "the last timestamp of a holder that stopped cleanly: our clock is "
+                          "behind its"
+                        : "the reservation of a holder that did not stop cleanly: our clock is "
+                          "behind its, or it stopped less than a lease ago");
+    while ((now = sf_clock_now_ms()) <= floor) {
+        if (!sf_reg_sleep(r, floor - now + 1)) {
+            sf_reg_set_err(err, errlen, "stopped while waiting for the clock to pass the floor "
+                           "recorded for worker id %" PRId64, id);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Tries once to create worker_id_path/id holding our host:port. Returns 1 when we hold it
  * (also when an ambiguous earlier attempt already made it ours), 0 when another session
  * holds it (holder filled), -1 on a ZooKeeper error (err filled). */
@@ -662,11 +931,23 @@ static bool sf_reg_find_own_lock(sf_registry *r, char *out, size_t outlen)
 static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *err, size_t errlen)
 {
     char prefix[SF_REG_PATH_MAX];
-    snprintf(prefix, sizeof prefix, "%s/lock-", r->lock_path);
-    int rc = zoo_create(r->zh, prefix, NULL, -1, sf_reg_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
+    int rc = ZOK;
+    if (sf_reg_find_own_lock(r, mine, minelen)) {
+        /* Left by an earlier claim whose delete failed: it is our place in the queue. A new
+         * node behind it would wait for our own session to end. */
+        sf_reg_log(r, "info", "queueing with our lock node %s, left by an earlier claim", mine);
+        pthread_mutex_lock(&r->mu);
+        if (strcmp(r->orphan_lock, mine) == 0)
+            r->orphan_lock[0] = '\0';
+        pthread_mutex_unlock(&r->mu);
+    } else {
+        snprintf(prefix, sizeof prefix, "%s/lock-", r->lock_path);
+        rc = zoo_create(r->zh, prefix, NULL, -1, sf_reg_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
                         (int)minelen);
-    if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) && sf_reg_find_own_lock(r, mine, minelen))
-        rc = ZOK;
+        if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) &&
+            sf_reg_find_own_lock(r, mine, minelen))
+            rc = ZOK;
+    }
     if (rc != ZOK) {
         mine[0] = '\0';
         sf_reg_set_err(err, errlen, "cannot create a lock node under %s: %s", r->lock_path,
@@ -754,10 +1035,22 @@ static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size
             taken[k] = true;
     }
     deallocate_String_vector(&kids);
+    int skipped = 0;
     for (int64_t k = 0; k < SF_REGISTRY_MAX_WORKERS; k++) {
         char holder[SF_REG_DATA_MAX];
+        int64_t floor;
         if (taken[k])
             continue;
+        if (sf_reg_floor_too_far(r, k, &floor)) {
+            sf_reg_log(r, "warning", "skipping worker id %" PRId64 ": its floor (%s/%" PRId64
+                       " = %" PRId64 ") is %" PRId64 " ms ahead of our clock, further than a "
+                       "new holder waits; a holder's clock ran that far ahead. See it with "
+                       "`snowflake-zk floor %" PRId64 "`; reset it with `snowflake-zk "
+                       "reset-floor %" PRId64 "` once no id up to it can have been handed out",
+                       k, r->state_path, k, floor, floor - sf_clock_now_ms(), k, k);
+            skipped++;
+            continue;
+        }
         int got = sf_reg_try_create_worker(r, k, holder, sizeof holder, err, errlen);
         if (got < 0)
             return -1;
@@ -766,26 +1059,70 @@ static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size
             return 0;
         }
     }
-    char holders[SF_REGISTRY_ERR_MAX - 256];
+    char holders[SF_REGISTRY_ERR_MAX - 512];
     sf_reg_list_holders(r, holders, sizeof holders);
-    sf_reg_set_err(err, errlen, "all %d worker ids under %s are taken: %s", SF_REGISTRY_MAX_WORKERS,
-                   r->worker_id_path, holders);
+    if (skipped > 0)
+        sf_reg_set_err(err, errlen, "no worker id under %s can be claimed: %d free ones have "
+                       "floors too far ahead of our clock (see the warnings above; `snowflake-zk "
+                       "list` shows every floor), the others are taken: %s", r->worker_id_path,
+                       skipped, holders);
+    else
+        sf_reg_set_err(err, errlen, "all %d worker ids under %s are taken: %s",
+                       SF_REGISTRY_MAX_WORKERS, r->worker_id_path, holders);
     return -1;
 }
 
-/* Automatic id: lock recipe, lowest free id, unlock. Our lock node never outlives the call. */
+/* Deletes our lock node. Failing that a few times (a lost connection), leaves it to the
+ * registry's thread, which tries again while the session lives: until it goes, every other
+ * automatic claim waits behind it (our own next claim queues with it instead). */
+static void sf_reg_unlock(sf_registry *r, const char *mine)
+{
+    int rc = ZOK;
+    for (int tries = 0; tries < SF_REG_UNLOCK_TRIES; tries++) {
+        if (tries > 0 && !sf_reg_sleep(r, 50))
+            break;
+        rc = zoo_delete(r->zh, mine, -1);
+        if (rc == ZOK || rc == ZNONODE)
+            return;
+    }
+    sf_reg_log(r, "warning", "cannot delete the lock node %s: %s; other automatic claims wait "
+               "behind it until it is gone (trying again every %d ms)", mine, zerror(rc),
+               SF_REG_UNLOCK_RETRY_MS);
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->orphan_lock, sizeof r->orphan_lock, "%s", mine);
+    r->orphan_retry_at = sf_clocks_boot_ms() + SF_REG_UNLOCK_RETRY_MS;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The registry's thread: one more try at a lock node left by sf_reg_unlock. */
+static void sf_reg_retry_unlock(sf_registry *r)
+{
+    char path[SF_REG_PATH_MAX];
+    pthread_mutex_lock(&r->mu);
+    snprintf(path, sizeof path, "%s", r->orphan_lock);
+    pthread_mutex_unlock(&r->mu);
+    int rc = zoo_delete(r->zh, path, -1);
+    pthread_mutex_lock(&r->mu);
+    if (strcmp(r->orphan_lock, path) == 0) {
+        if (rc == ZOK || rc == ZNONODE)
+            r->orphan_lock[0] = '\0';
+        else
+            r->orphan_retry_at = sf_clocks_boot_ms() + SF_REG_UNLOCK_RETRY_MS;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc == ZOK || rc == ZNONODE)
+        sf_reg_log(r, "info", "deleted the lock node %s", path);
+}
+
+/* Automatic id: lock recipe, lowest free id, unlock. */
 static int sf_reg_claim_auto(sf_registry *r, int64_t *id, char *err, size_t errlen)
 {
     char mine[SF_REG_PATH_MAX] = "";
     int result = sf_reg_take_lock(r, mine, sizeof mine, err, errlen);
     if (result == 0)
         result = sf_reg_claim_lowest_free(r, id, err, errlen);
-    if (mine[0]) {
-        int rc = zoo_delete(r->zh, mine, -1);
-        if (rc != ZOK && rc != ZNONODE)
-            sf_reg_log(r, "warning", "cannot delete the lock node %s: %s (it goes with the session)",
-                       mine, zerror(rc));
-    }
+    if (mine[0])
+        sf_reg_unlock(r, mine);
     return result;
 }
 
@@ -798,101 +1135,6 @@ static void sf_reg_release_worker(sf_registry *r, int64_t id)
     if (rc != ZOK && rc != ZNONODE)
         sf_reg_log(r, "warning", "cannot delete %s: %s (it goes when the session closes)", path,
                    zerror(rc));
-}
-
-/* Reads the timestamp recorded for id with its version: 0 (value -1 and version -1 when there
- * is no state node yet), or -1 on a ZooKeeper error (err filled). A value that is no number
- * is logged and read as -1: the next write replaces it. */
-static int sf_reg_read_state(sf_registry *r, int64_t id, int64_t *value, int32_t *version,
-                             char *err, size_t errlen)
-{
-    char path[SF_REG_PATH_MAX], data[64];
-    struct Stat st;
-    sf_reg_state_node(r, id, path, sizeof path);
-    *value = -1;
-    *version = -1;
-    int rc = sf_reg_get_string(r, path, data, sizeof data, &st);
-    if (rc == ZNONODE)
-        return 0;
-    if (rc != ZOK) {
-        sf_reg_set_err(err, errlen, "cannot read the last timestamp in %s: %s", path, zerror(rc));
-        return -1;
-    }
-    *version = st.version;
-    char *end;
-    errno = 0;
-    long long v = strtoll(data, &end, 10);
-    if (end == data || *end || errno) {
-        sf_reg_log(r, "warning", "%s holds '%s', not a timestamp in ms; ignored", path, data);
-        return 0;
-    }
-    *value = v;
-    return 0;
-}
-
-/* Makes sure the state node of id exists, so every later write of it can be conditional
- * on its version; fills the registry's view of it. */
-static int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen)
-{
-    int64_t value;
-    int32_t version;
-    for (int tries = 0; tries < 3; tries++) {
-        if (sf_reg_read_state(r, id, &value, &version, err, errlen) != 0)
-            return -1;
-        if (version >= 0) {
-            pthread_mutex_lock(&r->mu);
-            r->state_value = value;
-            r->state_version = version;
-            pthread_mutex_unlock(&r->mu);
-            return 0;
-        }
-        char path[SF_REG_PATH_MAX];
-        sf_reg_state_node(r, id, path, sizeof path);
-        int rc = zoo_create(r->zh, path, "-1", 2, sf_reg_acl(r), 0, NULL, 0);
-        if (rc != ZOK && rc != ZNODEEXISTS) {
-            sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
-                           rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
-            return -1;
-        }
-    }
-    sf_reg_set_err(err, errlen, "the state node for worker id %" PRId64 " under %s keeps "
-                   "vanishing; is another tool deleting it?", id, r->state_path);
-    return -1;
-}
-
-/* Restart safety: waits until our clock is past the recorded timestamp for id, if that is
- * at most max_clock_backward_wait_ms away; otherwise fails. Cancellable. */
-static int sf_reg_wait_for_floor(sf_registry *r, int64_t id, int64_t *floor_ms, char *err,
-                                 size_t errlen)
-{
-    if (sf_reg_load_state(r, id, err, errlen) != 0)
-        return -1;
-    pthread_mutex_lock(&r->mu);
-    int64_t floor = r->state_value;
-    pthread_mutex_unlock(&r->mu);
-    *floor_ms = floor;
-    int64_t now = sf_clock_now_ms();
-    if (floor < now)
-        return 0;
-    int64_t behind = floor - now + 1;
-    if (behind > r->o.max_clock_backward_wait_ms) {
-        sf_reg_set_err(err, errlen,
-                "our clock is %" PRId64 " ms behind the last timestamp recorded for worker id %"
-                PRId64 " (%s/%" PRId64 " = %" PRId64 "); ids could repeat. Fix the clock, or allow "
-                "waiting with max_clock_backward_wait_ms >= %" PRId64 " (0..60000)",
-                behind, id, r->state_path, id, floor, behind);
-        return -1;
-    }
-    sf_reg_log(r, "warning", "waiting %" PRId64 " ms for the clock to pass the last timestamp "
-               "recorded for worker id %" PRId64, behind, id);
-    while ((now = sf_clock_now_ms()) <= floor) {
-        if (!sf_reg_sleep(r, floor - now + 1)) {
-            sf_reg_set_err(err, errlen, "stopped while waiting for the clock to pass the last "
-                           "timestamp recorded for worker id %" PRId64, id);
-            return -1;
-        }
-    }
-    return 0;
 }
 
 /* Completion of a renewal: takes the outcome into the state machine. Runs on the client
@@ -912,7 +1154,10 @@ static void sf_reg_renew_done(int rc, const void *data)
         r->worker_version = w->worker_stat.version;
         r->state_version = w->state_stat.version;
         r->state_value = w->value;
-        int64_t until = w->t0 + sf_registry_lease_ms(r->negotiated_ms);
+        if (!w->release)
+            r->reserved_until = w->value;
+        sf_reg_certify(r, w);
+        int64_t until = sf_reg_lease_end(r);
         if (until > r->lease_until)
             r->lease_until = until;
         w->outcome = SF_REG_EV_RENEWED;
@@ -957,17 +1202,22 @@ static bool sf_reg_resync(sf_registry *r, int64_t id)
     if (sf_reg_load_state(r, id, err, sizeof err) != 0)
         sf_reg_log(r, "warning", "%s", err);
     else {
+        /* Another writer's floor: even a clean release stays above it. */
         pthread_mutex_lock(&r->mu);
         r->resync = false;
+        if (r->state_value > r->base_floor)
+            r->base_floor = r->state_value;
         pthread_mutex_unlock(&r->mu);
     }
     return true;
 }
 
 /* Sends one renewal: the conditional write described in registry.h. t0 is taken before
- * sending, so the lease never outlasts what ZooKeeper promised. The value recorded is
- * max(recorded, now, last id's timestamp): never lower than what is there. */
-static void sf_reg_renew_send(sf_registry *r, int64_t id)
+ * sending, so the lease never outlasts what ZooKeeper promised. A renewal records the
+ * reservation, max(recorded, base floor, last id's timestamp, now + lease): never lower than
+ * what is there. The last record of a clean stop (release) records the exact last timestamp,
+ * max(base floor, last id's timestamp), which the next holder may start right after. */
+static void sf_reg_renew_send(sf_registry *r, int64_t id, bool release)
 {
     int64_t last = r->o.last_timestamp ? r->o.last_timestamp(r->o.last_ts_ctx) : -1;
     char wpath[SF_REG_PATH_MAX], spath[SF_REG_PATH_MAX];
@@ -980,13 +1230,20 @@ static void sf_reg_renew_send(sf_registry *r, int64_t id)
         pthread_mutex_unlock(&r->mu);
         return;
     }
-    int64_t value = sf_clock_now_ms();
-    if (last > value)
-        value = last;
-    if (r->state_value > value)
-        value = r->state_value;
+    int64_t value = last > r->base_floor ? last : r->base_floor;
+    if (!release) {
+        int64_t reserve = sf_clock_now_ms() + sf_registry_lease_ms(r->negotiated_ms);
+        if (reserve > value)
+            value = reserve;
+        if (r->state_value > value)
+            value = r->state_value;
+    }
     w->value = value;
-    snprintf(w->data, sizeof w->data, "%" PRId64, value);
+    w->release = release;
+    if (!release && value > r->own_value)
+        r->own_value = value;
+    w->conn = r->conn;
+    snprintf(w->data, sizeof w->data, "%s %" PRId64, release ? "released" : "reserved", value);
     memset(&w->worker_stat, 0, sizeof w->worker_stat);
     memset(&w->state_stat, 0, sizeof w->state_stat);
     memset(w->results, 0, sizeof w->results);
@@ -1018,23 +1275,34 @@ static void sf_reg_renew_send(sf_registry *r, int64_t id)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Renews once and waits for the outcome (for the first lease before serving; why is the
- * reason serving begins). Returns true when serving now. */
+/* Renews until the first lease, before serving (why is the reason serving begins): a
+ * confirmed renewal whose lease is not certified yet (see registry.h) is followed by a
+ * second one report interval later. Returns true when serving now. */
 static bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why)
 {
-    pthread_mutex_lock(&r->mu);
-    r->serve_reason = why;
-    bool resync = r->resync;
-    pthread_mutex_unlock(&r->mu);
-    if (resync && !sf_reg_resync(r, id))
-        return false;
-    sf_reg_renew_send(r, id);
-    pthread_mutex_lock(&r->mu);
-    while (r->renewal.in_flight && !r->stop)
-        sf_reg_wait_locked(r, 100);
-    bool serving = r->state == SF_REG_SERVING;
-    pthread_mutex_unlock(&r->mu);
-    return serving;
+    for (int tries = 0; tries < 3; tries++) {
+        pthread_mutex_lock(&r->mu);
+        r->serve_reason = why;
+        bool resync = r->resync;
+        pthread_mutex_unlock(&r->mu);
+        if (resync && !sf_reg_resync(r, id))
+            return false;
+        sf_reg_renew_send(r, id, false);
+        pthread_mutex_lock(&r->mu);
+        while (r->renewal.in_flight && !r->stop)
+            sf_reg_wait_locked(r, 100);
+        bool serving = r->state == SF_REG_SERVING;
+        bool confirmed = r->renewal.done && r->renewal.outcome == SF_REG_EV_RENEWED &&
+                         r->state == SF_REG_WAITING_FLOOR;
+        int64_t next = r->renewal.t0 + sf_registry_report_ms(r->negotiated_ms);
+        pthread_mutex_unlock(&r->mu);
+        if (serving || !confirmed)
+            return serving;
+        int64_t wait = next - sf_clocks_boot_ms();
+        if (wait > 0 && !sf_reg_sleep(r, wait))
+            return false;
+    }
+    return false;
 }
 
 /* One claim of an id (static: a single try unless retries > 0; auto: the lock recipe),
@@ -1051,7 +1319,7 @@ static int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *
     r->held_id = *id;
     sf_reg_step(r, SF_REG_EV_CLAIMED, NULL);
     pthread_mutex_unlock(&r->mu);
-    if (sf_reg_wait_for_floor(r, *id, floor_ms, err, errlen) != 0) {
+    if (sf_reg_wait_for_floor(r, *id, false, floor_ms, err, errlen) != 0) {
         sf_reg_release_worker(r, *id);
         pthread_mutex_lock(&r->mu);
         r->held_id = -1;
@@ -1060,6 +1328,9 @@ static int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *
     }
     pthread_mutex_lock(&r->mu);
     r->floor_ms = *floor_ms;
+    r->base_floor = *floor_ms;
+    r->reserved_until = 0;
+    r->own_value = -1;
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
@@ -1106,6 +1377,8 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;
+    r->own_value = -1;
+    r->base_floor = -1;
     r->negotiated_ms = opts->session_timeout_ms;
     r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
     r->state = SF_REG_CONNECTING;
@@ -1128,6 +1401,35 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     return r;
 }
 
+/* The original's sanity checks against the peers (registry_peers.c), made before every
+ * claim: a clock that drifted since start-up is seen before it takes an id. */
+static int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen)
+{
+    if (r->o.skip_sanity_checks)
+        return 0;
+    sf_registry_peers peers = {
+        .zh = r->zh, .worker_id_path = r->worker_id_path, .host_port = r->host_port,
+        .datacenter_id = r->o.datacenter_id,
+        .skip_unreachable_peers = r->o.skip_unreachable_peers,
+        .max_clock_skew_ms = r->o.max_clock_skew_ms, .query_peer = r->o.query_peer,
+        .peer_ctx = r->o.peer_ctx, .log = r->o.log, .log_ctx = r->o.log_ctx,
+        .cancelled = sf_reg_cancelled, .cancel_ctx = r};
+    return sf_registry_peers_check(&peers, err, errlen);
+}
+
+/* A single standalone server has no quorum to keep a write once it is lost, nor a second
+ * copy of the floors: warn once. An ensemble lists its members in /zookeeper/config. */
+static void sf_reg_warn_standalone(sf_registry *r)
+{
+    char cfg[SF_REG_DATA_MAX * 4];
+    int rc = sf_reg_get_string(r, "/zookeeper/config", cfg, sizeof cfg, NULL);
+    if (rc == ZOK && strstr(cfg, "server.") == NULL)
+        sf_reg_log(r, "warning", "ZooKeeper at %s is a single standalone server, not an "
+                   "ensemble: while it is down every node refuses ids, and if its data is lost, "
+                   "so are the floors that keep ids from repeating; run three or five servers",
+                   r->hosts);
+}
+
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen)
 {
@@ -1139,19 +1441,11 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
         sf_reg_ensure_path(r, r->lock_path, err, errlen) != 0 ||
         sf_reg_ensure_path(r, r->state_path, err, errlen) != 0)
         return -1;
-    if (r->o.skip_sanity_checks) {
+    sf_reg_warn_standalone(r);
+    if (r->o.skip_sanity_checks)
         sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
-    } else {
-        sf_registry_peers peers = {
-            .zh = r->zh, .worker_id_path = r->worker_id_path, .host_port = r->host_port,
-            .datacenter_id = r->o.datacenter_id,
-            .skip_unreachable_peers = r->o.skip_unreachable_peers,
-            .max_clock_skew_ms = r->o.max_clock_skew_ms, .query_peer = r->o.query_peer,
-            .peer_ctx = r->o.peer_ctx, .log = r->o.log, .log_ctx = r->o.log_ctx,
-            .cancelled = sf_reg_cancelled, .cancel_ctx = r};
-        if (sf_registry_peers_check(&peers, err, errlen) != 0)
-            return -1;
-    }
+    else if (sf_reg_check_peers(r, err, errlen) != 0)
+        return -1;
     int64_t id = -1, floor = -1;
     if (sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen) != 0)
         return -1;
@@ -1203,7 +1497,7 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
             r->worker_version = st.version;
             sf_reg_step(r, SF_REG_EV_CLAIMED, NULL);
             pthread_mutex_unlock(&r->mu);
-            if (sf_reg_wait_for_floor(r, id, &floor, err, sizeof err) != 0) {
+            if (sf_reg_wait_for_floor(r, id, true, &floor, err, sizeof err) != 0) {
                 pthread_mutex_lock(&r->mu);
                 sf_reg_step(r, SF_REG_EV_FAILED, err);
                 pthread_mutex_unlock(&r->mu);
@@ -1211,8 +1505,19 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
             }
             pthread_mutex_lock(&r->mu);
             r->floor_ms = floor;
+            if (floor > r->base_floor)
+                r->base_floor = floor;
             pthread_mutex_unlock(&r->mu);
         }
+    }
+    if (!kept && sf_reg_check_peers(r, err, sizeof err) != 0) {
+        char reason[SF_REGISTRY_ERR_MAX + 128];
+        snprintf(reason, sizeof reason, "the peer sanity checks before claiming again failed, "
+                 "will retry: %s", err);
+        pthread_mutex_lock(&r->mu);
+        sf_reg_step(r, SF_REG_EV_FAILED, reason);
+        pthread_mutex_unlock(&r->mu);
+        return;
     }
     if (!kept && sf_reg_claim_once(r, 0, &id, &floor, err, sizeof err) != 0) {
         char reason[SF_REGISTRY_ERR_MAX + 64];
@@ -1253,13 +1558,18 @@ static void *sf_reg_thread(void *arg)
             sf_reg_recover(r, state == SF_REG_WAITING_FLOOR ? SF_REG_CLAIMING : state);
             continue;
         }
+        if (r->orphan_lock[0] && r->connected && now >= r->orphan_retry_at) {
+            pthread_mutex_unlock(&r->mu);
+            sf_reg_retry_unlock(r);
+            continue;
+        }
         if (state == SF_REG_SERVING && r->connected && !r->renewal.in_flight &&
             now >= r->next_renew) {
             int64_t id = r->held_id;
             bool resync = r->resync;
             pthread_mutex_unlock(&r->mu);
             if (!resync || sf_reg_resync(r, id))
-                sf_reg_renew_send(r, id);
+                sf_reg_renew_send(r, id, false);
             continue;
         }
         int64_t wake = now + 1000;
@@ -1273,6 +1583,8 @@ static void *sf_reg_thread(void *arg)
         } else if (state == SF_REG_FENCED && r->retry_at > now && r->retry_at < wake) {
             wake = r->retry_at;
         }
+        if (r->orphan_lock[0] && r->connected && r->orphan_retry_at < wake)
+            wake = r->orphan_retry_at;
         if (r->report_count == 0)
             sf_reg_wait_locked(r, wake - now > 0 ? wake - now : 0);
         pthread_mutex_unlock(&r->mu);
@@ -1351,7 +1663,7 @@ static void sf_reg_final_record(sf_registry *r)
         sf_reg_wait_locked(r, 100);
     pthread_mutex_unlock(&r->mu);
     for (int tries = 0; tries < 2; tries++) {
-        sf_reg_renew_send(r, id);
+        sf_reg_renew_send(r, id, true);
         pthread_mutex_lock(&r->mu);
         while (r->renewal.in_flight)
             sf_reg_wait_locked(r, 100);

@@ -23,14 +23,47 @@
 #define SF_REGISTRY_MAX_WORKERS 32
 #define SF_REGISTRY_ERR_MAX 2048
 
-/* The fractions of the negotiated session timeout everything is timed by, defined here once.
- * A session is alive for at least the timeout after a round trip the leader confirmed was
- * sent, so:
- *   lease  2/3: a lease ends well before ZooKeeper can expire the session and let another
- *               node claim the id, leaving a margin for clock-rate differences;
- *   renew  1/6: a renewal every 1/6 keeps the lease valid through a few slow or failed
- *               round trips in a row;
- *   grace  1/3: disconnected this long, the registry fences without waiting for the lease. */
+/* The lease: when a node may still hand out ids, from what it can know of when ZooKeeper's
+ * leader may expire its session, with T the session timeout granted now.
+ *
+ * The leader expires a session T after the last activity of it that the leader has heard of
+ * (rounded up to a tick). A follower does not tell the leader of a session's activity when
+ * it forwards the session's write: it reports the activity of its sessions in its answer to
+ * the leader's ping, every tickTime/2. Those answers and the forwarded writes travel on one
+ * connection in order, so when the leader applies our write R, it has heard of every request
+ * of ours that reached the follower one ping before R did. ZooKeeper grants no session
+ * shorter than 2 tickTime by default, so a ping comes at least every T/4 (REPORT). Hence:
+ *   - a renewal confirmed on a connection certifies every earlier confirmed renewal sent on
+ *     that connection at least REPORT before it: the leader's expiry of our session is no
+ *     earlier than T after the latest such send time, the anchor;
+ *   - a new session is created by the leader after zookeeper_init was called: that call is
+ *     the session's first anchor;
+ *   - a lease lasts LEASE = 2T/3 from the anchor, never from the renewal that confirmed it,
+ *     and comes from renewals on one connection only (a reconnection starts over: what the
+ *     old follower saw may never reach the leader).
+ * In steady state, with a renewal every RENEW = T/8, the anchor is two renewals back and a
+ * renewal yields a lease until 5T/12 after its send time: T/3 before the earliest expiry
+ * the leader may apply. After a pause (a stalled or stopped process, a slow link) or a
+ * reconnection, the lease rests on the last renewal before it (the one renewal at waking
+ * certifies it; a new connection certifies nothing until its second renewal) and ends 2T/3
+ * after that: a node whose renewals stopped for longer refuses ids until two renewals on one
+ * connection, one REPORT apart (T/4: 2.5 s with the default T of 10 s), certify a fresh
+ * anchor. That is what it costs. Serving begins only with a lease that has REPORT left, so
+ * that the renewals to come can certify the next anchor in time: a new session's first
+ * lease costs nothing when the claim takes less than 5T/12; otherwise serving starts one
+ * REPORT later.
+ * Should the session timeout change on a reconnection (another server, other bounds), the
+ * shorter of the two times the anchor is what counts.
+ *
+ * The same renewal records a reservation in the id's state node: the highest timestamp the
+ * node may use under the lease it may get from that renewal (its wall clock when sending +
+ * LEASE). Ids above the last confirmed reservation are never handed out, so the reservation
+ * is a floor for the next holder whatever the clocks of the two nodes say. The state node
+ * holds "reserved <unix ms>" while the id is held, "released <unix ms>" (the exact last
+ * timestamp) after a clean stop whose last write ZooKeeper confirmed; a plain number, from an
+ * earlier version, is read as a reservation that ends one LEASE later.
+ *
+ * GRACE = T/3: disconnected this long, the registry fences without waiting for the lease. */
 static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
 {
     return session_timeout_ms * 2 / 3;
@@ -38,14 +71,18 @@ static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
 
 static inline int64_t sf_registry_renew_ms(int64_t session_timeout_ms)
 {
-    return session_timeout_ms / 6 > 0 ? session_timeout_ms / 6 : 1;
+    return session_timeout_ms / 8 > 0 ? session_timeout_ms / 8 : 1;
+}
+
+static inline int64_t sf_registry_report_ms(int64_t session_timeout_ms)
+{
+    return session_timeout_ms / 4;
 }
 
 static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
 {
     return session_timeout_ms / 3;
 }
-
 
 typedef struct sf_registry sf_registry;
 

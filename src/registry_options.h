@@ -38,22 +38,27 @@ typedef int (*sf_registry_peer_fn)(void *ctx, const char *host_port, int64_t *wo
                                    size_t errlen);
 
 /* Told of every transition: serving = ids may be handed out as worker_id, none at or before
- * floor_ms (-1 = none), until CLOCK_BOOTTIME reaches valid_until_boot_ms (the lease that came
- * with the claim); !serving = stop at once, reason says why (worker_id is the id last held or
- * -1). While not serving it is told again whenever the reason changes, so the reason is always
+ * floor_ms (-1 = none) and none after reserved_until_ms (Unix ms; the reservation recorded
+ * in ZooKeeper), until CLOCK_BOOTTIME reaches valid_until_boot_ms (the lease that came with
+ * the claim); !serving = stop at once, reason says why (worker_id is the id last held or -1).
+ * While not serving it is told again whenever the reason changes, so the reason is always
  * the current one; a registry stopped while serving says so (not serving) before it records
  * the last timestamp. Called from the registry's own thread (the first call from
  * sf_registry_watch); must not call back into the registry. */
 typedef void (*sf_registry_state_fn)(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                                     int64_t valid_until_boot_ms, const char *reason);
+                                     int64_t valid_until_boot_ms, int64_t reserved_until_ms,
+                                     const char *reason);
 
 /* Told of every renewal while serving: ids valid until CLOCK_BOOTTIME reaches
- * valid_until_boot_ms, and no longer unless a later renewal arrives. A renewal is a write the
- * leader confirmed (see sf_registry_watch), so a follower cut off from the leader cannot extend
- * it; the lease also covers a process frozen past its session timeout (a stopped process),
- * which the registry's thread cannot fence because it is frozen too. Called from the
- * registry's own thread; must not call back into the registry. */
-typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_boot_ms);
+ * valid_until_boot_ms, none with a timestamp after reserved_until_ms (Unix ms), and no
+ * longer unless a later renewal arrives. A renewal is a write the leader confirmed (see
+ * sf_registry_watch), so a follower cut off from the leader cannot extend it; the lease also
+ * covers a process frozen past its session timeout (a stopped process), which the registry's
+ * thread cannot fence because it is frozen too. A lease may also come shorter than the one
+ * before (the session timeout was renegotiated lower). Called from the registry's own
+ * thread; must not call back into the registry. */
+typedef void (*sf_registry_lease_fn)(void *ctx, int64_t valid_until_boot_ms,
+                                     int64_t reserved_until_ms);
 
 /* Returns the timestamp (Unix ms) of the last id handed out, or -1 before the first. */
 typedef int64_t (*sf_registry_last_ts_fn)(void *ctx);
@@ -75,7 +80,7 @@ typedef struct sf_registry_options {
     bool skip_sanity_checks;        /* do not query peers at all */
     bool skip_unreachable_peers;    /* an unreachable peer is logged, not fatal */
     int64_t max_clock_skew_ms;      /* the peers' mean clock vs ours (default 10000) */
-    int64_t max_clock_backward_wait_ms; /* wait at most this for the recorded timestamp */
+    int64_t max_clock_backward_wait_ms; /* with max_clock_skew_ms, bounds the wait for a floor */
     const char *auth;               /* "user:password" for digest auth + ACLs, or NULL */
     sf_registry_peer_fn query_peer;
     void *peer_ctx;

@@ -344,7 +344,8 @@ static void sf_daemon_close_gate(sf_daemon *d, const char *reason)
  * not serving closes the gate with the reason, which get_id and /health report. Runs on
  * the registry's thread; once stopping, the gate never opens again. */
 static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                               int64_t valid_until_boot_ms, const char *reason)
+                               int64_t valid_until_boot_ms, int64_t reserved_until_ms,
+                               const char *reason)
 {
     sf_daemon *d = ctx;
     if (!serving) {
@@ -362,7 +363,7 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
         sf_worker_advance_last_timestamp(w, floor_ms);
     g_mutex_lock(&d->stop_lock);
     if (!d->stopping) {
-        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, NULL);
+        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, reserved_until_ms, NULL);
         if (sf_daemon_port_follows_gate(d)) {
             sf_server_set_listening(d->server, true);
             /* Announce only what a client can use: tooling connects on this line. */
@@ -380,10 +381,10 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
 
 /* The lease follows the registry's renewals: ids stop when it runs out, even if the
  * registry's thread has not fenced yet (the whole process was frozen). */
-static void sf_daemon_on_lease(void *ctx, int64_t valid_until_boot_ms)
+static void sf_daemon_on_lease(void *ctx, int64_t valid_until_boot_ms, int64_t reserved_until_ms)
 {
     sf_daemon *d = ctx;
-    sf_handler_renew_lease(d->handler, valid_until_boot_ms);
+    sf_handler_renew_lease(d->handler, valid_until_boot_ms, reserved_until_ms);
 }
 
 /* The node data peers and tools use to reach us: the bound address, or the host name
@@ -441,7 +442,7 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
         return FALSE;
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    sf_handler_publish(d->handler, w, FALSE, 0, "starting: waiting startup_sleep_ms");
+    sf_handler_publish(d->handler, w, FALSE, 0, 0, "starting: waiting startup_sleep_ms");
     if (d->cfg.startup_sleep_ms > 0) {
         g_message("waiting startup_sleep_ms = %" G_GINT64_FORMAT " ms before serving",
                   d->cfg.startup_sleep_ms);
@@ -467,7 +468,7 @@ static gboolean sf_daemon_use_static_id(sf_daemon *d)
     sf_worker *w = sf_daemon_worker_for(d, d->cfg.worker_id);
     if (w == NULL)
         return FALSE;
-    sf_handler_publish(d->handler, w, TRUE, 0, NULL);
+    sf_handler_publish(d->handler, w, TRUE, 0, 0, NULL);
     return TRUE;
 }
 

@@ -61,6 +61,33 @@ expect "an id out of range is refused" "[ $rc -eq 2 ]"
 $TOOL --zookeeper 127.0.0.1:1 --timeout-ms 500 list >/dev/null 2>&1; rc=$?
 expect "no ZooKeeper is an error" "[ $rc -ne 0 ]"
 
+# Floors: what a new holder of an id waits for, and a guarded reset of one left far ahead.
+$PY - "$hosts" <<'PY' || bad "seed floors"
+import sys, time
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/snowflake-servers/6", b"127.0.0.1:6", makepath=True)
+z.create("/snowflake-servers-state/6", b"reserved %d" % (time.time() * 1000 + 60000))
+z.create("/snowflake-servers-state/7", b"released %d" % (time.time() * 1000 + 86400000))
+z.stop()
+PY
+out=$($T floor 6)
+expect "floor names a reservation and its holder" "echo \"\$out\" | grep -q 'reserved by its holder.*ahead of this host.*held by 127.0.0.1:6'"
+out=$($T list)
+expect "list shows the floors ahead of this clock, free ones marked" "echo \"\$out\" | grep -q '^floors ahead of.*6 (+[0-9]* ms), 7 (+[0-9]* ms, free)'"
+out=$($T reset-floor 6 --yes 2>&1); rc=$?
+expect "reset-floor refuses while the id is held" "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'is held by 127.0.0.1:6'"
+out=$(echo n | $T reset-floor 7); rc=$?
+expect "reset-floor asks, showing the old floor, and keeps it on no" "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'from released [0-9]*' && $T floor 7 | grep -q 'ahead of this host'"
+out=$($T reset-floor 7 --to 1700000000000 --yes); rc=$?
+expect "reset-floor --to writes the floor and says what it was" "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'was released [0-9]* .*now 1700000000000'"
+expect "the reset floor reads back as a clean release" "$T --json floor 7 | grep -q '\"floor\": 1700000000000, \"kind\": \"released\"'"
+out=$($T reset-floor 8 --yes); rc=$?
+expect "reset-floor of an id without a floor records one" "[ $rc -eq 0 ] && $T floor 8 | grep -q 'clean stop'"
+$T reset-floor 7 --to -5 --yes >/dev/null 2>&1; rc=$?
+expect "a floor out of range is refused" "[ $rc -eq 2 ]"
+$T release 6 --yes >/dev/null
+
 # release re-checks the node after asking: replaced meanwhile (another creation, another
 # holder), it is kept.
 $PY - "$hosts" <<'PY' || bad "seed node 11"

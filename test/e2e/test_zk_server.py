@@ -98,7 +98,9 @@ def static_claim_conflict_and_sigterm():
         assert "worker id 5 is already held" in second.log(), second.log()
         assert first.stop() == 0
         assert zk.exists("/static/5") is None, "the node outlived SIGTERM"
-        recorded = int(zk.get("/static-state/5")[0])
+        kind, recorded = zk.get("/static-state/5")[0].decode().split()
+        recorded = int(recorded)
+        assert kind == "released", kind
         assert abs(recorded - time.time() * 1000) < 10000, recorded
         third = zk_server("/static", worker_id=5).start()
         assert serving(third) == 5, "a restarted node must claim the freed id at once"
@@ -325,13 +327,14 @@ def stale_node_of_restarted_peer():
 
 
 def restart_safety_waits_or_refuses():
-    """A recorded timestamp ahead of the clock: within max_clock_backward_wait_ms the server
-    waits then serves ids after it; beyond it, it exits saying how far behind it is."""
+    """A recorded timestamp ahead of the clock: within what a new holder waits (the lease plus
+    max_clock_skew_ms, or max_clock_backward_wait_ms if longer) the server waits then serves
+    ids after it; beyond it, it exits saying how far behind it is."""
     zk = ZK.client()
     try:
         # Far enough ahead to outlast a slow start (under valgrind it takes seconds).
         ahead = int(time.time() * 1000) + 6000
-        zk.create("/rs-state/6", str(ahead).encode(), makepath=True)
+        zk.create("/rs-state/6", b"released %d" % ahead, makepath=True)
         s = zk_server("/rs", worker_id=6,
                       extra=["--set", "snowflake.max_clock_backward_wait_ms=15000"]).start()
         serving(s)
@@ -340,10 +343,10 @@ def restart_safety_waits_or_refuses():
             ts = decode(api.get_id("zktest"))[0]
         assert ts > ahead, "id at %d, not after the recorded %d" % (ts, ahead)
         s.stop()
-        zk.set("/rs-state/6", str(int(time.time() * 1000) + 120000).encode())
+        zk.set("/rs-state/6", b"released %d" % (time.time() * 1000 + 120000))
         s = zk_server("/rs", worker_id=6,
                       extra=["--set", "snowflake.max_clock_backward_wait_ms=1000"]).start()
-        refused(s, "behind the last timestamp recorded for worker id 6")
+        refused(s, "behind the floor recorded for worker id 6")
         assert zk.exists("/rs/6") is None, "a refused node must not keep the id"
     finally:
         zk.stop()
@@ -372,6 +375,39 @@ def ops_tool_against_live_holders():
     assert rc == 1 and "datacenter" in out, out
     for s in (a, b, other):
         s.stop()
+
+
+def ops_tool_finds_split_worker_ids():
+    """Two nodes of one datacenter registered apart, one through a chroot in its hosts: each
+    may hold the same worker id as the other. snowflake-zk check finds the other path from
+    ZooKeeper's root and fails, naming it; --other-fleet declares it a separate fleet."""
+    zk = ZK.client()
+    try:
+        zk.ensure_path("/fleet-b")
+    finally:
+        zk.stop()
+    a = zk_server("/split", worker_id=1, datacenter_id=3).start()
+    b = Server(["--zookeeper", ZK.hosts + "/fleet-b",
+                "--set", "snowflake.worker_id_path=/split",
+                "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS],
+               worker_id=1, datacenter_id=3, wait_serving=False).start()
+    try:
+        serving(a)
+        serving(b)
+        rc, out = zk_tool("--path", "/split", "check")
+        assert rc == 1 and "are split: /fleet-b/split" in out, out
+        assert "127.0.0.1:%d" % b.port in out, out
+        rc, out = zk_tool("--path", "/split", "check", "--other-fleet", "/fleet-b/split")
+        assert rc == 0, out
+        tool = os.path.join(sftest.TOP_SRCDIR, "scripts", "snowflake-zk")
+        out = subprocess.run([PY, tool, "--zookeeper", ZK.hosts + "/fleet-b", "--path", "/split",
+                              "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=60)
+        assert out.returncode == 1 and "chroot /fleet-b" in out.stdout, out.stdout
+        assert "are split: /split" in out.stdout, out.stdout
+    finally:
+        a.stop()
+        b.stop()
 
 
 def fencing_and_reregistration():
@@ -484,6 +520,7 @@ def main():
     r.run(stale_node_of_restarted_peer)
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
+    r.run(ops_tool_finds_split_worker_ids)
     r.run(fencing_and_reregistration)
     r.run(frozen_node_closes_queued_request)
     r.run(frozen_node_refuses_queued_request, True)

@@ -100,7 +100,7 @@ static void fuzz_side_set_state(fuzz_side *s, uint8_t control)
     if (control & FUZZ_GATE_CLOSED)
         sf_handler_close(s->handler, "closed by the fuzz input");
     else
-        sf_handler_publish(s->handler, s->worker, TRUE, lease, NULL);
+        sf_handler_publish(s->handler, s->worker, TRUE, lease, 0, NULL);
 }
 
 /* What one side made of the frames. */

@@ -51,7 +51,7 @@ static void fuzz_frames_init(void)
     sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
     SfHandler *handler = new_handler(100);
-    sf_handler_publish(handler, w, TRUE, 0, NULL);
+    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
     fuzz_handler = handler;

@@ -81,7 +81,7 @@ static void floor_init_service(void)
         fprintf(stderr, "loop_floor: %s\n", err.message);
         exit(1);
     }
-    sf_handler_publish(floor_handler, w, TRUE, 0, NULL);
+    sf_handler_publish(floor_handler, w, TRUE, 0, 0, NULL);
     floor_processor =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", floor_handler, NULL);
     floor_transport = sf_frame_transport_new();

@@ -90,7 +90,7 @@ static void setup_service(void)
     sf_error err;
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
-    sf_handler_publish(handler, w, TRUE, 0, NULL);
+    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
     processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t));
 }
@@ -198,7 +198,7 @@ START_TEST(direct_answers_known_calls_processor_the_rest)
     wo.worker_id = 21;
     sf_worker *w = sf_worker_new(&wo, NULL);
     ck_assert_ptr_nonnull(w);
-    sf_handler_publish(direct_handler, w, TRUE, 0, NULL);
+    sf_handler_publish(direct_handler, w, TRUE, 0, 0, NULL);
     GByteArray *wire = g_byte_array_new();
     hand_append_call(wire, "get_worker_id", 1, NULL, 0);
     const uint8_t extra[] = {8, 0, 7, 0, 0, 0, 1}; /* 7: i32 1, which no method declares */

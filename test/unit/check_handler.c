@@ -1,5 +1,5 @@
-/* check_handler.c -- the request path's fencing: an id is handed out only if the lease
- * and the worker it was made under still hold after it was made. */
+/* check_handler.c -- the request path's fencing: an id is handed out only if the lease,
+ * the reservation and the worker it was made under still hold after it was made. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdbool.h>
@@ -96,7 +96,7 @@ static gboolean call_get_id(SfHandler *h, int64_t *id, gboolean *unavailable)
 
 static void expire_lease(hooked_clock *c)
 {
-    sf_handler_renew_lease(c->h, boot_ms() - 1);
+    sf_handler_renew_lease(c->h, boot_ms() - 1, 0);
 }
 
 START_TEST(lease_lapsing_while_the_id_is_made_refuses_it)
@@ -106,7 +106,7 @@ START_TEST(lease_lapsing_while_the_id_is_made_refuses_it)
     hooked_clock clock = { .hook = expire_lease };
     SfHandler *h = new_handler(10);
     clock.h = h;
-    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000, NULL);
+    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert_msg(!call_get_id(h, &id, &unavailable), "id %" G_GINT64_FORMAT
@@ -119,7 +119,7 @@ END_TEST
 static void replace_worker(hooked_clock *c)
 {
     sf_handler_close(c->h, "fenced");
-    sf_handler_publish(c->h, c->replacement, TRUE, 0, NULL);
+    sf_handler_publish(c->h, c->replacement, TRUE, 0, 0, NULL);
 }
 
 START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
@@ -130,7 +130,7 @@ START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
     SfHandler *h = new_handler(10);
     clock.h = h;
     clock.replacement = new_worker(9, 0, NULL);
-    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, 0, NULL);
+    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, 0, 0, NULL);
     int64_t id;
     gboolean unavailable;
     gboolean ok = call_get_id(h, &id, &unavailable);
@@ -157,7 +157,7 @@ START_TEST(backward_wait_never_outlasts_the_lease)
     SfHandler *h = new_handler(10);
     clock.h = h;
     sf_worker *w = new_worker(3, 60000, &clock);
-    sf_handler_publish(h, w, TRUE, boot_ms() + 300, NULL);
+    sf_handler_publish(h, w, TRUE, boot_ms() + 300, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert(call_get_id(h, &id, &unavailable));
@@ -177,13 +177,47 @@ START_TEST(lease_runs_on_the_boot_clock)
      * clock is over, whatever the monotonic clock says. test_handler_timens.sh runs
      * this in a time namespace where the two clocks are 100 s apart. */
     SfHandler *h = new_handler(10);
-    sf_handler_publish(h, new_worker(3, 0, NULL), TRUE, boot_ms() - 1000, NULL);
+    sf_handler_publish(h, new_worker(3, 0, NULL), TRUE, boot_ms() - 1000, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert_msg(!call_get_id(h, &id, &unavailable), "id handed out on a lease that ended "
                   "1 s ago on the boot clock");
     ck_assert(unavailable);
     ck_assert(!sf_handler_is_serving(h, NULL));
+    g_object_unref(h);
+}
+END_TEST
+
+/* A hook that steps the worker's clock a minute ahead, as a wall clock set forward while
+ * the node holds its lease. */
+static void step_clock_ahead(hooked_clock *c)
+{
+    c->offset_ms += 60000;
+}
+
+START_TEST(ids_past_the_reservation_are_refused)
+{
+    /* The reservation recorded in ZooKeeper is the last timestamp a successor leaves to us:
+     * an id made after the wall clock jumped past it is discarded, lease or not; within
+     * it, ids flow. */
+    hooked_clock clock = { 0 };
+    SfHandler *h = new_handler(10);
+    clock.h = h;
+    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000,
+                       sf_clock_now_ms() + 5000, NULL);
+    int64_t id;
+    gboolean unavailable;
+    ck_assert(call_get_id(h, &id, &unavailable));
+    clock.fired = false;
+    clock.hook = step_clock_ahead;
+    ck_assert_msg(!call_get_id(h, &id, &unavailable), "an id at %" G_GINT64_FORMAT " handed out "
+                  "past the reservation", (gint64)((id >> SF_TIMESTAMP_SHIFT) + SF_TWITTER_EPOCH_MS));
+    ck_assert(unavailable);
+    sf_handler_stats st;
+    sf_handler_get_stats(h, &st);
+    ck_assert_uint_eq(st.ids_discarded, 1);
+    sf_handler_renew_lease(h, boot_ms() + 60000, sf_clock_now_ms() + 120000);
+    ck_assert(call_get_id(h, &id, &unavailable));
     g_object_unref(h);
 }
 END_TEST
@@ -197,6 +231,7 @@ static Suite *handler_suite(void)
     tcase_add_test(fence, worker_replaced_while_the_id_is_made_refuses_it);
     tcase_add_test(fence, backward_wait_never_outlasts_the_lease);
     tcase_add_test(fence, lease_runs_on_the_boot_clock);
+    tcase_add_test(fence, ids_past_the_reservation_are_refused);
     suite_add_tcase(s, fence);
     return s;
 }

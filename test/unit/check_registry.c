@@ -31,11 +31,21 @@ static void test_options(sf_registry_options *o, const char *path, int64_t worke
     o->claim_retry_wait_ms = 200;
 }
 
+/* The last id a test's holder handed out. */
+static int64_t static_last_ts = -1;
+
+static int64_t static_last_timestamp(void *ctx)
+{
+    (void)ctx;
+    return static_last_ts;
+}
+
 START_TEST(static_claim_creates_ephemeral_node)
 {
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
     test_options(&o, "/t-static", 7);
+    o.last_timestamp = static_last_timestamp;
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     int64_t id, floor;
@@ -49,12 +59,14 @@ START_TEST(static_claim_creates_ephemeral_node)
     ck_assert_int_eq(sf_test_zk_get(zh, "/t-static/7", data, sizeof data, &st), ZOK);
     ck_assert_str_eq(data, "127.0.0.1:7609");
     ck_assert(st.ephemeralOwner != 0);
+    static_last_ts = sf_clock_now_ms() - 1;
     sf_registry_close(r);
     /* The session closed: the node is gone at once, and the last timestamp recorded. */
     ck_assert_int_eq(sf_test_zk_get(zh, "/t-static/7", data, sizeof data, NULL), ZNONODE);
     ck_assert_int_eq(sf_test_zk_get(zh, "/t-static-state/7", data, sizeof data, NULL), ZOK);
-    int64_t recorded = strtoll(data, NULL, 10);
+    int64_t recorded = sf_test_zk_get_floor(zh, "/t-static-state/7");
     ck_assert(recorded > sf_clock_now_ms() - 10000 && recorded <= sf_clock_now_ms());
+    ck_assert_int_eq(recorded, static_last_ts);
     zookeeper_close(zh);
 }
 END_TEST
@@ -147,7 +159,7 @@ START_TEST(auto_ids_are_distinct_then_exhausted)
 }
 END_TEST
 
-/* Writes a recorded timestamp for worker id 5 under path-state. */
+/* Writes an exact last timestamp for worker id 5 under path-state, as a clean stop does. */
 static void record_floor(const char *path, int64_t ts)
 {
     zhandle_t *zh = sf_test_zk_client(zk.hosts);
@@ -156,7 +168,7 @@ static void record_floor(const char *path, int64_t ts)
     zoo_create(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     zoo_create(zh, node, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     snprintf(node, sizeof node, "%s-state/5", path);
-    snprintf(data, sizeof data, "%" PRId64, ts);
+    snprintf(data, sizeof data, "released %" PRId64, ts);
     zoo_create(zh, node, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     ck_assert_int_eq(zoo_set(zh, node, data, (int)strlen(data), -1), ZOK);
     zookeeper_close(zh);
@@ -326,15 +338,6 @@ START_TEST(no_server_is_a_clear_error)
 }
 END_TEST
 
-/* Reads a recorded timestamp; -1 when the node is missing. */
-static int64_t raw_get_ts(zhandle_t *zh, const char *path)
-{
-    char data[64];
-    if (sf_test_zk_get(zh, path, data, sizeof data, NULL) != ZOK)
-        return -1;
-    return strtoll(data, NULL, 10);
-}
-
 START_TEST(floor_is_never_lowered)
 {
     sf_registry_options o;
@@ -357,9 +360,9 @@ START_TEST(floor_is_never_lowered)
                         &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     ck_assert_int_eq(rc, ZOK);
     sf_test_sleep_ms(2500); /* more than state_interval_ms and several renewals */
-    int64_t serving_value = raw_get_ts(zh, "/t-floor-keep-state/5");
+    int64_t serving_value = sf_test_zk_get_floor(zh, "/t-floor-keep-state/5");
     sf_registry_close(r);
-    int64_t closed_value = raw_get_ts(zh, "/t-floor-keep-state/5");
+    int64_t closed_value = sf_test_zk_get_floor(zh, "/t-floor-keep-state/5");
     zookeeper_close(zh);
     ck_assert_msg(serving_value >= high, "lowered while serving: %" PRId64 " < %" PRId64,
                   serving_value, high);
@@ -395,7 +398,7 @@ START_TEST(former_holder_cannot_write_after_losing_node)
     ck_assert_int_eq(zoo_set(zh, "/t-floor-lost-state/5", data, (int)strlen(data), -1), ZOK);
     bool fenced = sf_test_wait_serving(&log, false, 2000);
     sf_registry_close(r);
-    int64_t after = raw_get_ts(zh, "/t-floor-lost-state/5");
+    int64_t after = sf_test_zk_get_floor(zh, "/t-floor-lost-state/5");
     zookeeper_close(zh);
     ck_assert_msg(fenced, "still serving after another session took our worker id");
     ck_assert_msg(strstr(log.reason, "another session"), "reason: %s", log.reason);
@@ -670,23 +673,5 @@ static Suite *registry_suite(void)
 
 int main(void)
 {
-    /* Every server the tests start lives under one directory, stopped at the end even
-     * when a test was killed by its timeout. */
-    char base[] = "/tmp/sf-zk-tests-XXXXXX";
-    if (!mkdtemp(base) || setenv("SF_TEST_ZK_TMP", base, 1) != 0) {
-        perror("check_registry: temporary directory");
-        return 1;
-    }
-    if (sf_test_zk_start(&zk) != 0) {
-        sf_test_zk_stop_all_under(base);
-        return 1;
-    }
-    zoo_set_debug_level(0); /* the client logs every refused reconnect */
-    SRunner *sr = srunner_create(registry_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    sf_test_zk_destroy(&zk);
-    sf_test_zk_stop_all_under(base);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_test_registry_main("check_registry", registry_suite(), &zk);
 }

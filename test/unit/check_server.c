@@ -73,7 +73,7 @@ static void start_server_full(int max_connections, bool follow_gate)
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
     handler = new_handler(TEST_MAX_BATCH);
-    sf_handler_publish(handler, w, TRUE, 0, NULL);
+    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     sf_server_options so;
@@ -509,7 +509,7 @@ START_TEST(test_gate)
     ck_assert(sf_thrift_snowflake_if_get_timestamp(c->iface, &v, &err));
     ck_assert_int_gt(v, 0);
     /* No worker held: get_worker_id is -1 and ids stay refused even if open. */
-    sf_handler_publish(handler, NULL, TRUE, 0, NULL);
+    sf_handler_publish(handler, NULL, TRUE, 0, 0, NULL);
     ck_assert(sf_thrift_snowflake_if_get_worker_id(c->iface, &v, &err));
     ck_assert_int_eq(v, -1);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "gate", &ce, &ae, &ue, &err));
@@ -525,7 +525,7 @@ START_TEST(test_gate)
     sf_worker_options_init(&wo);
     wo.datacenter_id = TEST_DATACENTER;
     wo.worker_id = 9;
-    sf_handler_publish(handler, sf_worker_new(&wo, NULL), TRUE, 0, NULL);
+    sf_handler_publish(handler, sf_worker_new(&wo, NULL), TRUE, 0, 0, NULL);
     sf_decoded d;
     ck_assert_int_eq(sf_decode(client_get_id(c, "gate"), SF_TWITTER_EPOCH_MS, &d, NULL), SF_OK);
     ck_assert_int_eq(d.worker_id, 9);
@@ -553,15 +553,15 @@ START_TEST(test_lease)
     SfThriftInvalidUserAgentError *ae = NULL;
     SfThriftServiceUnavailable *ue = NULL;
     /* No lease (standalone) serves. */
-    sf_handler_renew_lease(handler, 0);
+    sf_handler_renew_lease(handler, 0, 0);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the future serves. */
-    sf_handler_renew_lease(handler, test_boot_ms() + 60000);
+    sf_handler_renew_lease(handler, test_boot_ms() + 60000, 0);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the past refuses get_id, get_ids and the health check, with the gate open. */
-    sf_handler_renew_lease(handler, test_boot_ms() - 5000);
+    sf_handler_renew_lease(handler, test_boot_ms() - 5000, 0);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "lease", &ce, &ae, &ue, &err));
     ck_assert_ptr_nonnull(ue);
     gchar *msg = NULL;
@@ -586,7 +586,7 @@ START_TEST(test_lease)
     ck_assert_msg(strstr(reason, "lease expired") != NULL, "%s", reason);
     g_free(reason);
     /* A renewed lease serves again. */
-    sf_handler_renew_lease(handler, test_boot_ms() + 60000);
+    sf_handler_renew_lease(handler, test_boot_ms() + 60000, 0);
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     client_close(c);
     sf_handler_stats hs;

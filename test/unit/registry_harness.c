@@ -3,7 +3,9 @@
 #include "registry_harness.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -25,6 +27,15 @@ int sf_test_zk_get(zhandle_t *zh, const char *path, char *buf, int len, struct S
     int rc = zoo_get(zh, path, 0, buf, &n, st);
     buf[rc == ZOK && n > 0 ? n : 0] = '\0';
     return rc;
+}
+
+int64_t sf_test_zk_get_floor(zhandle_t *zh, const char *path)
+{
+    char data[64];
+    if (sf_test_zk_get(zh, path, data, sizeof data, NULL) != ZOK)
+        return -1;
+    const char *num = strchr(data, ' ');
+    return strtoll(num ? num + 1 : data, NULL, 10);
 }
 
 bool sf_test_wait_gone(zhandle_t *zh, const char *path, int ms)
@@ -50,8 +61,9 @@ int64_t sf_test_boot_ms(void)
 }
 
 void sf_test_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                      int64_t valid_until_boot_ms, const char *reason)
+                      int64_t valid_until_boot_ms, int64_t reserved_until_ms, const char *reason)
 {
+    (void)reserved_until_ms;
     (void)worker_id;
     (void)floor_ms;
     (void)valid_until_boot_ms;
@@ -79,7 +91,7 @@ bool sf_test_wait_serving(sf_test_state_log *s, bool want, int ms)
     return false;
 }
 
-void sf_test_on_lease(void *ctx, int64_t valid_until_boot_ms)
+void sf_test_on_lease(void *ctx, int64_t valid_until_boot_ms, int64_t reserved_until_ms)
 {
     sf_test_lease_log *l = ctx;
     int64_t now = sf_test_boot_ms(), wall = sf_clock_now_ms();
@@ -91,12 +103,16 @@ void sf_test_on_lease(void *ctx, int64_t valid_until_boot_ms)
         l->longest = valid_until_boot_ms - now;
     if (wall + valid_until_boot_ms - now > l->wall_until)
         l->wall_until = wall + valid_until_boot_ms - now;
+    if (reserved_until_ms > l->reserved_until)
+        l->reserved_until = reserved_until_ms;
     pthread_mutex_unlock(&l->mu);
 }
 
 void sf_test_on_state_lease(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                            int64_t valid_until_boot_ms, const char *reason)
+                            int64_t valid_until_boot_ms, int64_t reserved_until_ms,
+                            const char *reason)
 {
+    (void)reserved_until_ms;
     (void)worker_id;
     (void)floor_ms;
     (void)reason;
@@ -192,4 +208,32 @@ void sf_test_ensemble_cut_member3(sf_test_ensemble *e)
 {
     for (int i = 0; i < 4; i++)
         sf_test_proxy_set_mode(e->px[i], SF_PROXY_BLACKHOLE);
+}
+
+bool sf_test_ensemble_mend_member3(sf_test_ensemble *e)
+{
+    for (int i = 0; i < 4; i++)
+        sf_test_proxy_set_mode(e->px[i], SF_PROXY_FORWARD);
+    return sf_test_wait_mode(&e->zk[2], "follower", 30000);
+}
+
+int sf_test_registry_main(const char *name, Suite *suite, sf_test_zk *zk)
+{
+    char base[] = "/tmp/sf-zk-tests-XXXXXX";
+    if (!mkdtemp(base) || setenv("SF_TEST_ZK_TMP", base, 1) != 0) {
+        fprintf(stderr, "%s: cannot make a temporary directory: %s\n", name, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (sf_test_zk_start(zk) != 0) {
+        sf_test_zk_stop_all_under(base);
+        return EXIT_FAILURE;
+    }
+    zoo_set_debug_level(0); /* the client logs every refused reconnect */
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    sf_test_zk_destroy(zk);
+    sf_test_zk_stop_all_under(base);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -4,6 +4,7 @@
 #ifndef SF_TEST_REGISTRY_HARNESS_H
 #define SF_TEST_REGISTRY_HARNESS_H
 
+#include <check.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,6 +21,10 @@ zhandle_t *sf_test_zk_client(const char *hosts);
 
 /* Reads a node's data into buf as a string; returns the ZooKeeper code. */
 int sf_test_zk_get(zhandle_t *zh, const char *path, char *buf, int len, struct Stat *st);
+
+/* The timestamp a state node holds ("reserved N", "released N" or an earlier version's plain
+ * N); -1 when the node is missing. */
+int64_t sf_test_zk_get_floor(zhandle_t *zh, const char *path);
 
 /* Waits up to ms for path to disappear, as seen by zh. */
 bool sf_test_wait_gone(zhandle_t *zh, const char *path, int ms);
@@ -39,7 +44,7 @@ typedef struct sf_test_state_log {
 #define SF_TEST_STATE_LOG_INIT {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""}
 
 void sf_test_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                      int64_t valid_until_boot_ms, const char *reason);
+                      int64_t valid_until_boot_ms, int64_t reserved_until_ms, const char *reason);
 
 /* Waits up to ms for the log to reach the given serving state. */
 bool sf_test_wait_serving(sf_test_state_log *s, bool want, int ms);
@@ -56,14 +61,16 @@ typedef struct sf_test_lease_log {
     int64_t serving_until;   /* the lease the first serving report carried */
     int64_t serving_at;      /* when it came */
     int64_t wall_until;      /* the highest lease end seen, on the wall clock (Unix ms) */
+    int64_t reserved_until;  /* the highest reservation reported (Unix ms) */
 } sf_test_lease_log;
-#define SF_TEST_LEASE_LOG_INIT {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false, 0, 0, 0}
+#define SF_TEST_LEASE_LOG_INIT {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, false, 0, 0, 0, 0}
 
-void sf_test_on_lease(void *ctx, int64_t valid_until_boot_ms);
+void sf_test_on_lease(void *ctx, int64_t valid_until_boot_ms, int64_t reserved_until_ms);
 
 /* An on_state for a lease log: notes how many leases came before the gate would open. */
 void sf_test_on_state_lease(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                            int64_t valid_until_boot_ms, const char *reason);
+                            int64_t valid_until_boot_ms, int64_t reserved_until_ms,
+                            const char *reason);
 
 /* A copy of the log taken under its lock. */
 sf_test_lease_log sf_test_lease_snapshot(sf_test_lease_log *l);
@@ -95,7 +102,17 @@ bool sf_test_ensemble_start(sf_test_ensemble *e, const char *extra_cfg);
 /* Cuts member 3 off from 1 and 2 (its sockets stay open, nothing passes). */
 void sf_test_ensemble_cut_member3(sf_test_ensemble *e);
 
+/* Lets member 3 reach the others again and waits until it follows the leader; false (after
+ * printing why) when it does not within 30 s. */
+bool sf_test_ensemble_mend_member3(sf_test_ensemble *e);
+
 /* Stops every member and proxy; safe on a half-started ensemble. */
 void sf_test_ensemble_destroy(sf_test_ensemble *e);
+
+/* A registry suite's main: starts *zk (one standalone server for the suite; the JVM takes a
+ * second to start) in a temporary directory under which every server the tests start lives,
+ * runs the suite, and stops every server there, also those of a test killed by its timeout.
+ * Returns the exit status. */
+int sf_test_registry_main(const char *name, Suite *suite, sf_test_zk *zk);
 
 #endif /* SF_TEST_REGISTRY_HARNESS_H */
