@@ -11,13 +11,15 @@
  *
  * Usage: chaos_load [--batch N] OUT_DIR SECONDS CONNECTIONS HOST:PORT...
  * With --batch N (2..1000), every other call is get_ids(N) instead of get_id, so both
- * paths are under the faults.
+ * paths are under the faults. It stops after SECONDS, or earlier on SIGTERM (the caller
+ * knows when its faults have played out), finishing the calls under way.
  * Prints one line of key=value totals: ids, clock_errors, unavailable_errors,
  * transport_errors, other_errors, reconnects, and unrecorded (ids received
  * whose node broke before it could say which worker id made them). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,15 @@
 #include "thrift_fix.h"
 
 #define CHAOS_TIMEOUT_MS 2000
+
+/* Set by SIGTERM: every thread ends after its call under way. */
+static atomic_bool chaos_stop;
+
+static void chaos_on_term(int sig)
+{
+    (void)sig;
+    atomic_store(&chaos_stop, true);
+}
 
 typedef struct chaos_totals {
     atomic_uint_fast64_t ids, clock_errors, unavailable_errors, transport_errors, other_errors,
@@ -98,7 +109,7 @@ static void *chaos_thread(void *arg)
     gint64 worker = -1, datacenter = -1;
     GArray *batch = g_array_new(FALSE, FALSE, sizeof(gint64));
     unsigned calls = 0;
-    while (chaos_now() < job->end) {
+    while (chaos_now() < job->end && !atomic_load_explicit(&chaos_stop, memory_order_relaxed)) {
         if (!connected) {
             if (!chaos_open(&c, job)) {
                 chaos_sleep_ms(100);
@@ -217,6 +228,12 @@ int main(int argc, char **argv)
      * thread-safe: register them all before the threads start. */
     sf_thrift_fix_finalize();
     sf_thrift_fix_transport();
+    struct sigaction sa = { .sa_handler = chaos_on_term };
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0) {
+        perror("chaos_load: sigaction");
+        return 2;
+    }
     chaos_totals totals = { 0 };
     chaos_job *jobs = g_new0(chaos_job, conns);
     GThread **threads = g_new0(GThread *, conns);
