@@ -1,12 +1,12 @@
 /* fuzz_config.c -- fuzz target: arbitrary bytes as snowflaked's key file.
  * Whatever the input, loading must either succeed with every value in range
  * or fail with a message; never crash, leak or hang. */
-#include "config.h"
+#include "server/config.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,13 +13,13 @@
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 #include <thrift/c_glib/thrift_application_exception.h>
 
-#include "bounded_protocol.h"
-#include "clocks.h"
-#include "direct_codec.h"
-#include "frame_transport.h"
-#include "handler.h"
-#include "snowflake.h"
-#include "thrift_fix.h"
+#include "rpc/bounded_protocol.h"
+#include "common/clocks.h"
+#include "server/direct_codec.h"
+#include "server/frame_transport.h"
+#include "server/handler.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

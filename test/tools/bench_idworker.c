@@ -5,7 +5,7 @@
  * millisecond), beside a bare clock read and the difference, the sustained single-thread and 2-thread rates against the
  * 4,096,000 ids/s cap of the 12-bit sequence, and the batch rate. */
 #define _POSIX_C_SOURCE 200809L
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -30,9 +30,9 @@
 
 #include <glib-object.h>
 
-#include "client.h"
+#include "rpc/client.h"
 #include "sf_thrift_snowflake.h"
-#include "thrift_fix.h"
+#include "rpc/thrift_fix.h"
 
 #define CHAOS_TIMEOUT_MS 2000
 

@@ -26,7 +26,7 @@
  * flat array of int64 and radix-sorted, plus 16 bytes per id for the
  * handovers, so 100 million ids take about 3.2 GB. */
 #define _POSIX_C_SOURCE 200809L
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #include <errno.h>
 #include <inttypes.h>

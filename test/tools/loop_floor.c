@@ -31,12 +31,12 @@
 #include <liburing.h>
 #endif
 
-#include "bounded_protocol.h"
-#include "direct_codec.h"
-#include "frame_transport.h"
-#include "handler.h"
-#include "snowflake.h"
-#include "thrift_fix.h"
+#include "rpc/bounded_protocol.h"
+#include "server/direct_codec.h"
+#include "server/frame_transport.h"
+#include "server/handler.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
 
 #define FLOOR_MAX_FRAME 65536
 #define FLOOR_IN_CAP (FLOOR_MAX_FRAME + 4)

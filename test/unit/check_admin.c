@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "admin.h"
-#include "latency.h"
+#include "server/admin.h"
+#include "server/latency.h"
 
 /* What the collect function reports on the next request. */
 static gboolean serving = TRUE;

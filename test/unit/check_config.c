@@ -1,7 +1,7 @@
 /* check_config.c -- snowflaked's settings: defaults, key file, environment,
  * flags, their order, and the messages that refuse bad values. */
 #define _POSIX_C_SOURCE 200809L
-#include "config.h"
+#include "server/config.h"
 
 #include <check.h>
 #include <stdarg.h>

@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "registry.h"
+#include "zk/registry.h"
 #include "registry_harness.h"
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 static sf_test_zk zk; /* one standalone server for the tests that need no ensemble */
 

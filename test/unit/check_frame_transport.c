@@ -8,14 +8,14 @@
 #include <string.h>
 #include <thrift/c_glib/thrift_application_exception.h>
 
-#include "bounded_protocol.h"
-#include "direct_codec.h"
-#include "frame_transport.h"
+#include "rpc/bounded_protocol.h"
+#include "server/direct_codec.h"
+#include "server/frame_transport.h"
 #include "hand_frames.h"
-#include "handler.h"
+#include "server/handler.h"
 #include "sf_thrift_snowflake.h"
-#include "snowflake.h"
-#include "thrift_fix.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
 
 static SfFrameTransport *t;
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "handler.h"
-#include "thrift_fix.h"
-#include "snowflake.h"
+#include "server/handler.h"
+#include "rpc/thrift_fix.h"
+#include "lib/snowflake.h"
 
 /* A handler with the default limits and get_ids' count bounded by max_batch. */
 static SfHandler *new_handler(int max_batch)

@@ -1,5 +1,5 @@
 /* check_idcodec.c -- decoding ids, composing them back, and printing their time. */
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #include <check.h>
 #include <stdlib.h>

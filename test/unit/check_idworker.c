@@ -1,7 +1,7 @@
 /* check_idworker.c -- the generator core against the original IdWorkerSpec and
  * our extensions (batches, bounded clock wait, random first sequence, threads). */
 #define _POSIX_C_SOURCE 200809L
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #include <check.h>
 #include <pthread.h>

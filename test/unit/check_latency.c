@@ -2,7 +2,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "latency.h"
+#include "server/latency.h"
 
 START_TEST(every_duration_lands_in_the_bucket_that_covers_it)
 {

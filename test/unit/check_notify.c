@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "notify.h"
+#include "server/notify.h"
 
 /* The receiving socket and its directory, per test (each test runs in its own fork). */
 static int sock_fd = -1;

@@ -10,9 +10,9 @@
 #define THREADED
 #include <zookeeper/zookeeper.h>
 
-#include "clocks.h"
-#include "registry.h"
-#include "snowflake.h"
+#include "common/clocks.h"
+#include "zk/registry.h"
+#include "lib/snowflake.h"
 #include "registry_harness.h"
 
 static sf_test_zk zk; /* one server for the whole binary: the JVM takes a second to start */

@@ -16,12 +16,12 @@
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_socket.h>
 
-#include "admin.h"
+#include "server/admin.h"
 #include "hand_frames.h"
-#include "handler.h"
-#include "server.h"
-#include "snowflake.h"
-#include "thrift_fix.h"
+#include "server/handler.h"
+#include "server/server.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
 
 #define TEST_DATACENTER 3
 #define TEST_WORKER 7

@@ -16,7 +16,7 @@
 
 #include "sf_scribe_scribe_types.h"
 #include "sf_thrift_snowflake_types.h"
-#include "thrift_fix.h"
+#include "rpc/thrift_fix.h"
 
 /* A subclass of a generated struct without a finalize of its own, as a user of the
  * generated code might derive one. */

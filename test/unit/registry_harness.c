@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 zhandle_t *sf_test_zk_client(const char *hosts)
 {

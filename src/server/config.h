@@ -9,10 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "audit_options.h"
-#include "handler_options.h"
-#include "registry_options.h"
-#include "server_options.h"
+#include "common/audit_options.h"
+#include "common/handler_options.h"
+#include "common/registry_options.h"
+#include "common/server_options.h"
 
 #define SF_CONFIG_ERROR (sf_config_error_quark())
 GQuark sf_config_error_quark(void);

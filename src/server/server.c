@@ -33,9 +33,9 @@
 
 #include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
-#include "bindaddr.h"
-#include "bounded_protocol.h"
-#include "clocks.h"
+#include "common/bindaddr.h"
+#include "rpc/bounded_protocol.h"
+#include "common/clocks.h"
 #include "frame_transport.h"
 #include "ratelog.h"
 #include "uring.h"

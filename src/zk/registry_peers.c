@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #define SF_REG_PEERS_PATH_MAX 1024
 #define SF_REG_PEERS_DATA_MAX 512

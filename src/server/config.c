@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "snowflake.h"
-#include "zkpath.h"
+#include "lib/snowflake.h"
+#include "common/zkpath.h"
 
 G_DEFINE_QUARK(sf-config-error-quark, sf_config_error)
 

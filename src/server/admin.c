@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "bindaddr.h"
+#include "common/bindaddr.h"
 #include "ratelog.h"
 
 typedef struct sf_admin_item {

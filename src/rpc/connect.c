@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clocks.h"
+#include "common/clocks.h"
 
 /* Closes fd keeping errno at cause, so the caller can tell a refusal from a timeout. */
 static int fail_with(int fd, int cause)

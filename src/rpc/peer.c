@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "client.h"
-#include "registry.h"
+#include "common/registry_options.h"
 #include "sf_thrift_snowflake.h"
 
 /* Splits "host:port" (the original's node data); false if the port is not 1..65535. */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "registry_options.h"
+#include "common/registry_options.h"
 
 #define SF_REGISTRY_MAX_WORKERS 32
 #define SF_REGISTRY_ERR_MAX 2048

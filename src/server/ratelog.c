@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "clocks.h"
+#include "common/clocks.h"
 
 /* Monotonic milliseconds: the interval must not jump with the wall clock. The +1 keeps
  * 0 free to mean "never". */

@@ -2,10 +2,10 @@
  * through the generated Thrift client (framed transport, binary protocol). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
-#include "client.h"
+#include "rpc/client.h"
 
-#include "snowflake.h"
-#include "thrift_fix.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
 
 #include <errno.h>
 #include <inttypes.h>

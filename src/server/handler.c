@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "agents.h"
-#include "clocks.h"
+#include "common/clocks.h"
 #include "latency.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and

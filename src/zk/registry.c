@@ -23,9 +23,9 @@
 #endif
 #include <zookeeper/zookeeper.h>
 
-#include "clocks.h"
+#include "common/clocks.h"
 #include "registry_peers.h"
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #define SF_REG_PATH_MAX 1024
 #define SF_REG_DATA_MAX 512

@@ -16,11 +16,11 @@
 #include "direct_codec.h"
 #include "handler.h"
 #include "notify.h"
-#include "peer.h"
-#include "registry.h"
+#include "rpc/peer.h"
+#include "zk/registry.h"
 #include "server.h"
-#include "thrift_fix.h"
-#include "snowflake.h"
+#include "rpc/thrift_fix.h"
+#include "lib/snowflake.h"
 
 /* How long a stop may take to flush replies to slow readers. */
 #define SF_STOP_TIMEOUT_MS 5000

@@ -5,9 +5,9 @@
 #include <glib-object.h>
 #include <stdint.h>
 
-#include "handler_options.h"
+#include "common/handler_options.h"
 #include "latency.h"
-#include "snowflake.h"
+#include "lib/snowflake.h"
 #include "sf_thrift_snowflake.h"
 
 G_BEGIN_DECLS

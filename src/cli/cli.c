@@ -6,7 +6,7 @@
  * with exit 1, so a pipeline keeps every result it can get. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
-#include "snowflake.h"
+#include "lib/snowflake.h"
 
 #include <errno.h>
 #include <getopt.h>

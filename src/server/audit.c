@@ -20,7 +20,7 @@
 #include <thrift/c_glib/transport/thrift_framed_transport.h>
 #include <thrift/c_glib/transport/thrift_memory_buffer.h>
 
-#include "connect.h"
+#include "rpc/connect.h"
 #include "sf_scribe_scribe.h"
 #include "sf_thrift_snowflake_types.h"
 

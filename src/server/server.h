@@ -8,7 +8,7 @@
 #include <thrift/c_glib/processor/thrift_processor.h>
 
 #include "frame_transport.h"
-#include "server_options.h"
+#include "common/server_options.h"
 
 typedef struct sf_server sf_server;
 

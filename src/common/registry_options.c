@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "option_range.h"
-#include "snowflake.h"
+#include "lib/snowflake.h"
 #include "zkpath.h"
 
 void sf_registry_options_init(sf_registry_options *opts)

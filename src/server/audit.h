@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "audit_options.h"
+#include "common/audit_options.h"
 
 typedef struct sf_audit sf_audit;
 
