@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Room for any message the registry writes into a caller's err buffer. */
+#define SF_REGISTRY_ERR_MAX 2048
+
 /* X(field, min, max, default) for every integer setting:
  *   session_timeout_ms   asked of ZooKeeper, which may negotiate another;
  *   claim_retries        a taken static id is tried this many more times;

@@ -1,9 +1,12 @@
 /* zkpath.c -- checks a ZooKeeper path against ZooKeeper's own rules (absolute, no empty,
  * "." or ".." component) and ours (not the root, bounded length), so that a bad
- * worker_id_path is refused by the settings check instead of after the port is bound. */
+ * worker_id_path is refused by the settings check instead of after the port is bound; and
+ * reads a worker node's name, which must be the id's one canonical spelling. */
 #include "zkpath.h"
 
 #include <string.h>
+
+#include "lib/snowflake.h"
 
 bool sf_zkpath_valid(const char *path, const char **why)
 {
@@ -34,4 +37,21 @@ bool sf_zkpath_valid(const char *path, const char **why)
     if (why != NULL)
         *why = reason;
     return reason == NULL;
+}
+
+bool sf_zkpath_parse_worker_id(const char *name, int64_t *id)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 2 || (n == 2 && name[0] == '0'))
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        v = v * 10 + (name[i] - '0');
+    }
+    if (v > SF_MAX_WORKER_ID)
+        return false;
+    *id = v;
+    return true;
 }

@@ -1,10 +1,12 @@
 /* zkpath.h -- the one rule for the ZooKeeper paths snowflaked registers under, shared by
  * the settings check (which refuses a bad path before anything starts) and the registry
- * (which must never build a node name from one). Plain C: no GLib, no ZooKeeper. */
+ * (which must never build a node name from one), and the one rule for a worker node's name.
+ * Plain C: no GLib, no ZooKeeper. */
 #ifndef SF_ZKPATH_H
 #define SF_ZKPATH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* The longest path accepted: room left under it for "-locks", "-state" and a node name. */
 #define SF_ZKPATH_MAX 500
@@ -13,5 +15,9 @@
  * than "/", with no empty, "." or ".." component and no trailing slash. Otherwise false,
  * with *why (if why is not NULL) saying which rule it breaks. */
 bool sf_zkpath_valid(const char *path, const char **why);
+
+/* Parses a worker node's name as a worker id: canonical decimal 0..31 only ("5", not "05",
+ * "+5" or " 5"), so that every id has exactly one node name. */
+bool sf_zkpath_parse_worker_id(const char *name, int64_t *id);
 
 #endif

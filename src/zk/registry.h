@@ -21,7 +21,6 @@
 #include "common/registry_options.h"
 
 #define SF_REGISTRY_MAX_WORKERS 32
-#define SF_REGISTRY_ERR_MAX 2048
 
 /* The lease: when a node may still hand out ids, from what it can know of when ZooKeeper's
  * leader may expire its session, with T the session timeout granted now.
@@ -137,9 +136,5 @@ void sf_registry_cancel(sf_registry *r);
 /* Stops the thread, records the last timestamp (the conditional write above), and closes the
  * session so that the ephemeral node disappears at once. Frees r; NULL is allowed. */
 void sf_registry_close(sf_registry *r);
-
-/* Parses a node name as a worker id: canonical decimal 0..31 only ("5", not "05", "+5" or
- * " 5"), so every id has exactly one node name. */
-bool sf_registry_parse_worker_id(const char *name, int64_t *id);
 
 #endif /* SF_REGISTRY_H */

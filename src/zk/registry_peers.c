@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/zkpath.h"
 #include "lib/snowflake.h"
 
 #define SF_REG_PEERS_PATH_MAX 1024
@@ -109,7 +110,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
             result = -1;
             break;
         }
-        if (!sf_registry_parse_worker_id(kids.data[i], &id)) {
+        if (!sf_zkpath_parse_worker_id(kids.data[i], &id)) {
             sf_reg_peers_log(p, "warning", "ignoring %s/%s: not a worker id (canonical decimal 0..31)",
                          p->worker_id_path, kids.data[i]);
             continue;

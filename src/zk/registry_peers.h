@@ -14,7 +14,7 @@
 #endif
 #include <zookeeper/zookeeper.h>
 
-#include "registry.h"
+#include "common/registry_options.h"
 
 /* What the checks need; the strings and callbacks are the registry's. */
 typedef struct sf_registry_peers {

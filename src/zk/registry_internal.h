@@ -1,0 +1,186 @@
+/* registry_internal.h -- what the registry's files share and nothing outside src/zk/ sees:
+ * the state, the registry's struct, and the functions one file calls in another. The public
+ * interface is registry.h; this header may change with any commit.
+ * What each function expects of r->mu is said at its definition. */
+#ifndef SF_REGISTRY_INTERNAL_H
+#define SF_REGISTRY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+/* The synchronous API exists only in the multi-threaded client. */
+#ifndef THREADED
+#define THREADED
+#endif
+#include <zookeeper/zookeeper.h>
+
+#include "registry.h"
+
+#define SF_REG_PATH_MAX 1024
+#define SF_REG_DATA_MAX 512
+#define SF_REG_REASON_MAX SF_REGISTRY_ERR_MAX
+#define SF_REG_REPORTS 8          /* reports queued between two deliveries */
+#define SF_REG_BACKOFF_MIN_MS 100 /* the first retry after a failure */
+#define SF_REG_BACKOFF_MAX_MS 5000
+#define SF_REG_CONNECT_MIN_MS 5000 /* a new session gets at least this long to come up */
+#define SF_REG_PENDING 8          /* confirmed renewals of one connection not yet certified */
+#define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
+#define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
+
+typedef enum sf_reg_state {
+    SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
+    SF_REG_CLAIMING,      /* session up: claiming an id, or checking the one held */
+    SF_REG_WAITING_FLOOR, /* id held: waiting for the clock to pass its floor and a first lease */
+    SF_REG_SERVING,       /* id held and leased: ids may be handed out */
+    SF_REG_FENCED,        /* not serving; the thread tries again after a backoff */
+    SF_REG_STOPPING       /* cancelled or closing: nothing more happens */
+} sf_reg_state;
+
+typedef enum sf_reg_event {
+    SF_REG_EV_CONNECTED,    /* the session is (again) established */
+    SF_REG_EV_DISCONNECTED, /* the connection dropped; the session may live on */
+    SF_REG_EV_EXPIRED,      /* the session is gone (or its credential refused) */
+    SF_REG_EV_CLAIMED,      /* an id is held by our session */
+    SF_REG_EV_RENEWED,      /* the leader confirmed a renewal: a fresh lease */
+    SF_REG_EV_RENEW_FAILED, /* a renewal got no confirmation: the lease is not extended */
+    SF_REG_EV_NODE_LOST,    /* ZooKeeper says our worker node is gone or another session's */
+    SF_REG_EV_FAILED,       /* a step of connecting or claiming failed */
+    SF_REG_EV_TIMER,        /* time passed: grace, lease or backoff may have run out */
+    SF_REG_EV_STOP          /* cancelled or closing */
+} sf_reg_event;
+
+/* One call of on_state or on_lease waiting to be made outside the lock. */
+typedef struct sf_reg_report {
+    bool is_lease;
+    bool serving;
+    int64_t worker_id, floor_ms, until, reserved;
+    char reason[SF_REG_REASON_MAX];
+} sf_reg_report;
+
+/* What a state node says: the floor a new holder must wait past, and whether it is the
+ * exact last timestamp of a clean release (else a reservation). */
+typedef struct sf_reg_record {
+    int64_t floor;    /* Unix ms, -1 = none */
+    bool released;
+} sf_reg_record;
+
+/* The renewal write in flight: ZooKeeper fills results and stats when it completes. */
+typedef struct sf_reg_renewal {
+    bool in_flight;
+    bool done;            /* completed, outcome below not yet taken by a waiter */
+    int rc;               /* the multi's own result */
+    sf_reg_event outcome; /* what it told the state machine */
+    uint64_t seq;
+    int64_t t0;           /* boot ms taken before it was sent */
+    uint64_t conn;        /* the connection it was sent on (r->conn when sent) */
+    int64_t value;        /* the timestamp it records */
+    bool release;         /* the last record of a clean stop: "released", not "reserved" */
+    zhandle_t *zh;        /* the handle it was sent on */
+    char data[48];
+    zoo_op_t ops[2];
+    zoo_op_result_t results[2];
+    struct Stat worker_stat, state_stat;
+} sf_reg_renewal;
+
+struct sf_registry {
+    sf_registry_options o;   /* strings below are our own copies */
+    char *hosts, *worker_id_path, *lock_path, *state_path, *host_port, *auth;
+    int64_t wanted_id;       /* the configured id, -1 = automatic */
+    struct ACL acl[2];       /* with a credential: its holders ALL, everyone READ */
+    struct ACL_vector acl_vec;
+
+    pthread_mutex_t mu;      /* guards everything below */
+    pthread_cond_t cv;       /* on CLOCK_MONOTONIC: only waits, never leases */
+    zhandle_t *zh;           /* the current session's handle; NULL between sessions */
+    int negotiated_ms;       /* the session timeout granted on the current connection */
+    sf_reg_state state;
+    bool connected;          /* the connection is up */
+    bool expired;            /* the session is gone: a new handle is needed */
+    bool stop;               /* cancelled or closing */
+    bool watching;           /* sf_registry_watch ran: reports go to the callbacks */
+    int64_t disconnected_since; /* boot ms, 0 while connected */
+    uint64_t conn;           /* bumped by every change of the connection */
+    bool fresh_session;      /* the session's first connection has not come up yet */
+    int64_t session_started; /* boot ms just before the current session was asked for */
+    uint64_t events;         /* bumped by every watch, so waiters see a change */
+    int auth_rc;             /* result of zoo_add_auth, 1 while pending */
+
+    int64_t held_id;         /* -1 while no id is held */
+    int64_t floor_ms;        /* the floor found when the id was claimed */
+    int32_t worker_version;  /* our worker node's version as last written */
+    int32_t state_version;   /* the state node's version as last read or written; -1 = none */
+    int64_t state_value;     /* the floor at state_version */
+    bool state_released;     /* ...the exact last timestamp of a clean stop, not a reservation */
+    int64_t base_floor;      /* the highest floor not of our making: found at the claim, or
+                              * written meanwhile by another; a clean release never goes below */
+    int64_t reserved_until;  /* Unix ms: the reservation of the last confirmed renewal */
+    int64_t own_value;       /* the highest reservation we sent for the id held */
+    int64_t anchor;          /* boot ms: the leader's expiry of our session is at least this + */
+    int anchor_timeout_ms;   /* ...the session timeout then in force (see registry.h) */
+    int64_t pending[SF_REG_PENDING]; /* send times of confirmed renewals on this connection */
+    int pending_count;       /* ...not yet certified by a later one */
+    char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
+    int64_t orphan_retry_at; /* boot ms */
+    bool resync;             /* a renewal met a changed version: re-read before the next */
+    int64_t lease_until;     /* boot ms; 0 = no lease */
+    int64_t next_renew;      /* boot ms */
+    int64_t retry_at;        /* boot ms, while FENCED */
+    int64_t backoff_ms;
+    bool lease_failing;      /* warn once per run of failed renewals */
+    const char *serve_reason; /* why serving begins at the next first lease */
+    char reason[SF_REG_REASON_MAX]; /* why not serving, as last reported */
+    sf_reg_renewal renewal;
+
+    sf_reg_report reports[SF_REG_REPORTS];
+    int report_head, report_count;
+
+    bool thread_started;
+    pthread_t thread;
+};
+
+/* registry_state.c: the state machine and its reports. */
+void sf_reg_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sf_reg_log(sf_registry *r, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sf_reg_wait_locked(sf_registry *r, int64_t ms);
+bool sf_reg_sleep(sf_registry *r, int64_t ms);
+bool sf_reg_stopped(sf_registry *r);
+bool sf_reg_cancelled(void *ctx);
+void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
+void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
+void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
+void sf_reg_deliver(sf_registry *r);
+
+/* registry_session.c: the session, its watcher, paths and ACLs. */
+void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
+int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
+int64_t sf_reg_session_id(sf_registry *r);
+struct ACL_vector *sf_reg_acl(sf_registry *r);
+void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
+void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
+int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen);
+int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
+                      struct Stat *stat);
+
+/* registry_lease.c: renewals, the lease and the floor record. */
+void sf_reg_granted(sf_registry *r, int granted_ms);
+bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
+int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
+                          char *err, size_t errlen);
+void sf_reg_release_worker(sf_registry *r, int64_t id);
+bool sf_reg_resync(sf_registry *r, int64_t id);
+void sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
+bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why);
+void sf_reg_final_record(sf_registry *r);
+
+/* registry_claim.c: the claim recipes and the peer checks. */
+void sf_reg_retry_unlock(sf_registry *r);
+int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,
+                      char *err, size_t errlen);
+int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
+void sf_reg_warn_standalone(sf_registry *r);
+
+#endif /* SF_REGISTRY_INTERNAL_H */

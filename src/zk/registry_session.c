@@ -1,0 +1,194 @@
+/* registry_session.c -- the ZooKeeper session: opening it, waiting for it, the watcher that
+ * turns its events into the state machine's, and the paths and ACLs of the nodes it makes.
+ * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME */
+#include "registry_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clocks.h"
+#include "lib/snowflake.h"
+
+/* The session watcher: turns connection changes into events; never calls into ZooKeeper.
+ * Events of a handle already replaced are ignored; other watches (the lock's) wake waiters. */
+void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)path;
+    sf_registry *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    if (type == ZOO_SESSION_EVENT && zh == r->zh) {
+        if (state == ZOO_CONNECTED_STATE) {
+            sf_reg_granted(r, zoo_recv_timeout(zh));
+            sf_reg_step(r, SF_REG_EV_CONNECTED, NULL);
+        }
+        else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
+            sf_reg_step(r, SF_REG_EV_EXPIRED, NULL);
+        else
+            sf_reg_step(r, SF_REG_EV_DISCONNECTED, NULL);
+    }
+    r->events++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Completion of zoo_add_auth: hands the result to the waiting thread. */
+static void sf_reg_auth_done(int rc, const void *data)
+{
+    sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    r->auth_rc = rc;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Replaces the session's handle with a new one that starts connecting (the old one, if any,
+ * is closed: its session is gone). Does not wait. */
+int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&r->mu);
+    zhandle_t *old = r->zh;
+    r->zh = NULL;
+    r->connected = false;
+    r->expired = false;
+    r->fresh_session = true;
+    r->anchor = 0;
+    r->pending_count = 0;
+    pthread_mutex_unlock(&r->mu);
+    if (old)
+        zookeeper_close(old);
+    /* The watcher may run before zookeeper_init returns: it must find the new handle. */
+    pthread_mutex_lock(&r->mu);
+    errno = 0;
+    r->session_started = sf_clocks_boot_ms();
+    r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);
+    bool ok = r->zh != NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (!ok) {
+        sf_reg_set_err(err, errlen,
+                       "cannot start a ZooKeeper session with '%s' (zookeeper.hosts, a "
+                       "comma-separated list of host:port): %s",
+                       r->hosts, errno ? strerror(errno) : "refused by the client library");
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the session to come up (and for the credential, if any). Cancellable. */
+int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
+{
+    int64_t wait_ms = r->o.session_timeout_ms > SF_REG_CONNECT_MIN_MS ? r->o.session_timeout_ms
+                                                                      : SF_REG_CONNECT_MIN_MS;
+    int64_t end = sf_clocks_boot_ms() + wait_ms;
+    pthread_mutex_lock(&r->mu);
+    while (!r->connected && !r->expired && !r->stop && sf_clocks_boot_ms() < end)
+        sf_reg_wait_locked(r, end - sf_clocks_boot_ms());
+    bool ok = r->connected, stop = r->stop, expired = r->expired;
+    zhandle_t *zh = r->zh;
+    pthread_mutex_unlock(&r->mu);
+    if (stop) {
+        sf_reg_set_err(err, errlen, "stopped while connecting to ZooKeeper at '%s'", r->hosts);
+        return -1;
+    }
+    if (!ok) {
+        sf_reg_set_err(err, errlen, expired
+                           ? "ZooKeeper at '%s' (zookeeper.hosts) ended the new session at once "
+                             "(a refused credential in zookeeper.auth?)"
+                           : "no ZooKeeper server at '%s' (zookeeper.hosts) answered within %" PRId64
+                             " ms; check that it runs and that this host can reach it",
+                       r->hosts, wait_ms);
+        return -1;
+    }
+    if (!r->auth)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    r->auth_rc = 1;
+    pthread_mutex_unlock(&r->mu);
+    int rc = zoo_add_auth(zh, "digest", r->auth, (int)strlen(r->auth), sf_reg_auth_done, r);
+    if (rc == ZOK) {
+        end = sf_clocks_boot_ms() + wait_ms;
+        pthread_mutex_lock(&r->mu);
+        while (r->auth_rc == 1 && !r->stop && sf_clocks_boot_ms() < end)
+            sf_reg_wait_locked(r, end - sf_clocks_boot_ms());
+        rc = r->stop ? ZCLOSING : r->auth_rc == 1 ? ZOPERATIONTIMEOUT : r->auth_rc;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (rc != ZOK) {
+        sf_reg_set_err(err, errlen, "ZooKeeper at '%s' refused the credential in zookeeper.auth "
+                       "(user:password): %s", r->hosts, zerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* The session id of the current handle, to recognise our own ephemeral nodes. */
+int64_t sf_reg_session_id(sf_registry *r)
+{
+    const clientid_t *cid = zoo_client_id(r->zh);
+    return cid ? cid->client_id : 0;
+}
+
+/* The ACL for every node we create: with a credential, only its holders may change
+ * them and everyone may read; without, the original's open ACL. */
+struct ACL_vector *sf_reg_acl(sf_registry *r)
+{
+    if (!r->auth)
+        return &ZOO_OPEN_ACL_UNSAFE;
+    r->acl[0].perms = ZOO_PERM_ALL;
+    r->acl[0].id.scheme = (char *)"auth";
+    r->acl[0].id.id = (char *)"";
+    r->acl[1].perms = ZOO_PERM_READ;
+    r->acl[1].id.scheme = (char *)"world";
+    r->acl[1].id.id = (char *)"anyone";
+    r->acl_vec.count = 2;
+    r->acl_vec.data = r->acl;
+    return &r->acl_vec;
+}
+
+/* The paths of id's worker node and state node. */
+void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%" PRId64, r->worker_id_path, id);
+}
+
+void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%" PRId64, r->state_path, id);
+}
+
+/* Creates path and its parents as persistent nodes; an existing node is fine. */
+int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen)
+{
+    char buf[SF_REG_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        int rc = zoo_create(r->zh, buf, NULL, -1, sf_reg_acl(r), 0, NULL, 0);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            sf_reg_set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf,
+                           zerror(rc), rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            return -1;
+        }
+        *p = saved;
+        if (saved == '\0')
+            return 0;
+    }
+}
+
+/* Reads a node's data as a string. Returns a ZooKeeper code. */
+int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
+                      struct Stat *stat)
+{
+    int len = (int)outlen - 1;
+    int rc = zoo_get(r->zh, path, 0, out, &len, stat);
+    out[rc == ZOK && len > 0 ? len : 0] = '\0';
+    return rc;
+}

@@ -1,0 +1,281 @@
+/* registry_state.c -- the state machine: every event goes through sf_reg_step, which moves
+ * the state, logs each transition once and queues the reports for the caller's callbacks;
+ * and the waits the other parts use (all on one condition variable, so a stop ends them).
+ * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME */
+#include "registry_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clocks.h"
+#include "lib/snowflake.h"
+
+/* Formats into a caller's buffer; every error path uses it so messages are never lost. */
+void sf_reg_set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Sends a message to the caller's log, or to standard error without one. */
+void sf_reg_log(sf_registry *r, const char *level, const char *fmt, ...)
+{
+    char msg[SF_REGISTRY_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->o.log)
+        r->o.log(r->o.log_ctx, level, msg);
+    else
+        fprintf(stderr, "snowflaked: registry: %s: %s\n", level, msg);
+}
+
+/* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */
+static struct timespec sf_reg_deadline_in(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (ms < 0)
+        ms = 0;
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Waits on the condition variable for at most ms (lock held). */
+void sf_reg_wait_locked(sf_registry *r, int64_t ms)
+{
+    struct timespec until = sf_reg_deadline_in(ms);
+    pthread_cond_timedwait(&r->cv, &r->mu, &until);
+}
+
+/* Sleeps ms unless stopped first (lock not held). False when stopped. */
+bool sf_reg_sleep(sf_registry *r, int64_t ms)
+{
+    int64_t end = sf_clocks_boot_ms() + ms;
+    pthread_mutex_lock(&r->mu);
+    for (int64_t left = ms; !r->stop && left > 0; left = end - sf_clocks_boot_ms())
+        sf_reg_wait_locked(r, left);
+    bool stopped = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return !stopped;
+}
+
+/* True once cancelled or closing. */
+bool sf_reg_stopped(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/* The peers module's view of cancellation. */
+bool sf_reg_cancelled(void *ctx)
+{
+    return sf_reg_stopped(ctx);
+}
+
+/* The state's name, for the log. */
+static const char *sf_reg_state_name(sf_reg_state s)
+{
+    static const char *const names[] = {"connecting", "claiming", "waiting for the floor",
+                                        "serving", "fenced", "stopping"};
+    return names[s];
+}
+
+/* Queues a report for delivery outside the lock; the oldest gives way when full. */
+void sf_reg_queue(sf_registry *r, const sf_reg_report *rep)
+{
+    if (!r->watching)
+        return;
+    if (r->report_count == SF_REG_REPORTS) {
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+    }
+    r->reports[(r->report_head + r->report_count) % SF_REG_REPORTS] = *rep;
+    r->report_count++;
+}
+
+/* Queues "not serving" with reason, unless that very reason was the last one reported. */
+void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force)
+{
+    if (!force && strcmp(r->reason, reason) == 0)
+        return;
+    snprintf(r->reason, sizeof r->reason, "%s", reason);
+    sf_reg_report rep = {.is_lease = false, .serving = false, .worker_id = r->held_id,
+                         .floor_ms = -1, .until = 0};
+    snprintf(rep.reason, sizeof rep.reason, "%s", reason);
+    sf_reg_queue(r, &rep);
+}
+
+/* Moves to state next, logging the transition once. */
+static void sf_reg_move(sf_registry *r, sf_reg_state next, const char *reason)
+{
+    if (r->state == next)
+        return;
+    sf_reg_log(r, next == SF_REG_FENCED ? "warning" : "info", "%s -> %s%s%s",
+               sf_reg_state_name(r->state), sf_reg_state_name(next), reason ? ": " : "",
+               reason ? reason : "");
+    r->state = next;
+}
+
+/* Fences: stops serving at once (reported) and schedules the next try after the backoff. */
+static void sf_reg_fence(sf_registry *r, const char *reason)
+{
+    bool was_serving = r->state == SF_REG_SERVING;
+    sf_reg_move(r, SF_REG_FENCED, reason);
+    r->lease_until = 0;
+    sf_reg_queue_fenced(r, reason, was_serving);
+    r->retry_at = sf_clocks_boot_ms() + r->backoff_ms;
+    r->backoff_ms = r->backoff_ms * 2 > SF_REG_BACKOFF_MAX_MS ? SF_REG_BACKOFF_MAX_MS
+                                                              : r->backoff_ms * 2;
+}
+
+/* The state machine: takes one event (lock held) and moves the state. reason is the
+ * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. */
+void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
+{
+    int64_t now = sf_clocks_boot_ms();
+    if (r->state == SF_REG_STOPPING)
+        return;
+    switch (ev) {
+    case SF_REG_EV_STOP:
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue_fenced(r, "the registry is stopping", true);
+        sf_reg_move(r, SF_REG_STOPPING, NULL);
+        break;
+    case SF_REG_EV_CONNECTED:
+        r->conn++;
+        r->pending_count = 0;
+        r->connected = true;
+        r->disconnected_since = 0;
+        if (r->state == SF_REG_CONNECTING)
+            sf_reg_move(r, SF_REG_CLAIMING, NULL);
+        break;
+    case SF_REG_EV_DISCONNECTED:
+        r->conn++;
+        r->pending_count = 0;
+        if (r->connected || r->disconnected_since == 0)
+            r->disconnected_since = now;
+        r->connected = false;
+        break;
+    case SF_REG_EV_EXPIRED:
+        r->conn++;
+        r->pending_count = 0;
+        if (r->connected || r->disconnected_since == 0)
+            r->disconnected_since = now;
+        r->connected = false;
+        r->expired = true;
+        if (r->state == SF_REG_SERVING)
+            sf_reg_fence(r, "the ZooKeeper session expired; another node may hold our worker id");
+        break;
+    case SF_REG_EV_CLAIMED:
+        if (r->state == SF_REG_CLAIMING)
+            sf_reg_move(r, SF_REG_WAITING_FLOOR, NULL);
+        break;
+    case SF_REG_EV_RENEWED: {
+        bool was_serving = r->state == SF_REG_SERVING;
+        r->lease_failing = false;
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_WAITING_FLOOR)
+            break;
+        /* Confirmed, but the lease may not be certified yet (see registry.h): serving
+         * begins with a lease that has a report interval left, so that the renewals to
+         * come can certify the next one before it runs out. */
+        if (r->lease_until <= now ||
+            (!was_serving && r->lease_until - now < sf_registry_report_ms(r->negotiated_ms)))
+            break;
+        sf_reg_report rep = {.is_lease = true, .until = r->lease_until,
+                             .reserved = r->reserved_until};
+        sf_reg_queue(r, &rep);
+        if (!was_serving) {
+            sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
+            r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
+            r->reason[0] = '\0';
+            sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
+                                .floor_ms = r->floor_ms, .until = r->lease_until,
+                                .reserved = r->reserved_until};
+            snprintf(on.reason, sizeof on.reason, "%s",
+                     r->serve_reason ? r->serve_reason : "worker id claimed");
+            sf_reg_queue(r, &on);
+        }
+        break;
+    }
+    case SF_REG_EV_RENEW_FAILED:
+        if (r->state == SF_REG_SERVING) {
+            if (!r->lease_failing)
+                sf_reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64 ": %s; "
+                           "ids stop when the lease runs out", r->held_id, reason);
+            r->lease_failing = true;
+        } else if (r->state == SF_REG_WAITING_FLOOR) {
+            sf_reg_fence(r, reason);
+        }
+        break;
+    case SF_REG_EV_NODE_LOST:
+        if (r->state == SF_REG_SERVING || r->state == SF_REG_WAITING_FLOOR)
+            sf_reg_fence(r, "our worker node in ZooKeeper is gone or held by another session; "
+                            "another node may hold our worker id");
+        r->held_id = r->state == SF_REG_FENCED ? -1 : r->held_id;
+        break;
+    case SF_REG_EV_FAILED:
+        /* Already fenced: the event that fenced us has the more precise reason. */
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED)
+            sf_reg_fence(r, reason);
+        break;
+    case SF_REG_EV_TIMER:
+        if (r->state == SF_REG_SERVING) {
+            if (!r->connected && now - r->disconnected_since >= sf_registry_grace_ms(r->negotiated_ms))
+                sf_reg_fence(r, "disconnected from ZooKeeper too long; the session may have "
+                                "expired and another node may hold our worker id");
+            else if (r->lease_until > 0 && now >= r->lease_until)
+                sf_reg_fence(r, "the lease ran out: ZooKeeper's leader confirmed no renewal in "
+                                "time; another node may hold our worker id");
+        } else if (r->state == SF_REG_FENCED && now >= r->retry_at) {
+            if (r->expired || !r->zh)
+                sf_reg_move(r, SF_REG_CONNECTING, "opening a new ZooKeeper session");
+            else if (r->connected)
+                sf_reg_move(r, SF_REG_CLAIMING, "claiming a worker id again");
+        }
+        break;
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Makes the queued calls of on_state and on_lease, in order, outside the lock. Only the
+ * thread that owns the reports calls it (the caller of watch, then the registry's thread). */
+void sf_reg_deliver(sf_registry *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        if (r->report_count == 0) {
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        sf_reg_report rep = r->reports[r->report_head];
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+        pthread_mutex_unlock(&r->mu);
+        if (rep.is_lease) {
+            if (r->o.on_lease)
+                r->o.on_lease(r->o.lease_ctx, rep.until, rep.reserved);
+        } else if (r->o.on_state) {
+            r->o.on_state(r->o.state_ctx, rep.serving, rep.worker_id, rep.floor_ms, rep.until,
+                          rep.reserved, rep.reason);
+        }
+    }
+}
