@@ -1,0 +1,341 @@
+/* thread.c -- one server thread's loop: turns of its event loop (loop.h), then what is
+ * timed: accepting and its back-off when descriptors run out, frame and write timeouts, the
+ * output budget, dropping every connection when told, a graceful drain, and (thread 0) giving
+ * up and taking back the port. Knows connections only through conn.c. */
+#define _GNU_SOURCE
+#include "server_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <netinet/tcp.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
+
+#include "common/bindaddr.h"
+#include "common/clocks.h"
+#include "rpc/bounded_protocol.h"
+#include "loop.h"
+
+/* Counts a refused connection and logs refusals at most once a second, with how many
+ * (thread 0 alone accepts, so its count is the total). */
+static void sf_server_log_refusal(sf_thread *t)
+{
+    sf_server *s = t->server;
+    uint64_t total = atomic_fetch_add(&t->stats.connections_refused, 1) + 1;
+    sf_server_log_limited(&s->refusal_log, G_LOG_LEVEL_WARNING,
+                          "refusing connection: %d connections open (max_connections); "
+                          "%" G_GUINT64_FORMAT " refused so far",
+                          s->opts.max_connections, total);
+}
+
+/* accept() ran out of descriptors or memory: the listener stays readable, so polling it
+ * again at once would spin. Takes one waiting client off the backlog with the reserve
+ * descriptor (it sees its connection closed rather than hanging), then rests the
+ * listener for SF_ACCEPT_BACKOFF_MS. */
+static void sf_thread_accept_exhausted(sf_thread *t, int err)
+{
+    sf_server *s = t->server;
+    sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                          "accept on port %d failed: %s; %d connections open; not accepting "
+                          "for %d ms (raise `ulimit -n` or lower max_connections)",
+                          s->port, g_strerror(err), atomic_load(&s->open_connections),
+                          SF_ACCEPT_BACKOFF_MS);
+    if (s->reserve_fd >= 0 && (err == EMFILE || err == ENFILE)) {
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL) != 0)
+        g_warning("cannot pause the listener on port %d: %s", s->port, g_strerror(errno));
+    s->listen_paused = true;
+    s->accept_resume_ms = sf_clocks_coarse_ms() + SF_ACCEPT_BACKOFF_MS;
+}
+
+/* Puts the listener back into epoll once its back-off is over (thread 0). */
+static void sf_thread_resume_accept(sf_thread *t, int64_t now)
+{
+    sf_server *s = t->server;
+    if (!s->listen_paused || now < s->accept_resume_ms || s->listen_fd < 0 || !s->listening)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        g_warning("cannot watch the listener on port %d again: %s", s->port, g_strerror(errno));
+        s->accept_resume_ms = now + SF_ACCEPT_BACKOFF_MS;
+        return;
+    }
+    s->listen_paused = false;
+}
+
+/* Accepts waiting connections (thread 0 owns the listener) and deals them
+ * round robin to the threads. */
+void sf_thread_accept(sf_thread *t)
+{
+    sf_server *s = t->server;
+    for (int i = 0; i < 64 && atomic_load(&s->want_listening); i++) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED)
+                continue;
+            if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS)
+                sf_thread_accept_exhausted(t, err);
+            else if (err != EAGAIN && err != EWOULDBLOCK)
+                sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                                      "accept on port %d failed: %s", s->port, g_strerror(err));
+            return;
+        }
+        if (atomic_fetch_add(&s->open_connections, 1) >= s->opts.max_connections) {
+            atomic_fetch_sub(&s->open_connections, 1);
+            close(fd);
+            sf_server_log_refusal(t);
+            continue;
+        }
+        sf_thread *target = &s->threads[s->next_thread++ % (unsigned)s->nthreads];
+        if (target == t) {
+            sf_conn_adopt(t, fd);
+            continue;
+        }
+        g_mutex_lock(&target->queue_lock);
+        g_array_append_val(target->queue, fd);
+        g_mutex_unlock(&target->queue_lock);
+        uint64_t one = 1;
+        if (write(target->wake_fd, &one, sizeof one) != sizeof one)
+            g_warning("cannot wake server thread %d: %s", target->index, g_strerror(errno));
+    }
+}
+
+/* Takes the connections other threads queued for this one. */
+void sf_thread_take_queue(sf_thread *t)
+{
+    uint64_t count;
+    if (read(t->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+        g_debug("reading the wake-up counter failed: %s", g_strerror(errno));
+    g_mutex_lock(&t->queue_lock);
+    GArray *q = t->queue;
+    t->queue = g_array_new(FALSE, FALSE, sizeof(int));
+    g_mutex_unlock(&t->queue_lock);
+    /* A connection accepted just before the port closed is closed too: every thread may
+     * have dropped its connections already. */
+    bool closed_port = !atomic_load(&t->server->want_listening);
+    bool stopping = atomic_load(&t->server->stopping) || closed_port;
+    for (guint i = 0; i < q->len; i++) {
+        int fd = g_array_index(q, int, i);
+        if (stopping) {
+            close(fd);
+            atomic_fetch_sub(&t->server->open_connections, 1);
+            if (closed_port)
+                sf_bump(&t->stats.connections_dropped, 1);
+        } else {
+            sf_conn_adopt(t, fd);
+        }
+    }
+    g_array_free(q, TRUE);
+}
+
+/* Closes connections whose client went silent or whose frame stalled. */
+static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
+{
+    const sf_server_options *o = &t->server->opts;
+    sf_conn *next;
+    for (sf_conn *c = t->conns; c != NULL; c = next) {
+        next = c->next;
+        bool held_back = (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER;
+        if (c->in_len > 0 && c->frame_start_ms > 0 && !held_back &&
+            now - c->frame_start_ms >= o->frame_timeout_ms) {
+            sf_server_log_limited(&t->server->frame_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: a frame stayed incomplete for "
+                                  "%d ms (frame_timeout_ms; %zu bytes received)",
+                                  c->peer, o->frame_timeout_ms, c->in_len);
+            sf_bump(&t->stats.frame_timeouts, 1);
+            sf_conn_close(t, c);
+        } else if (c->out_since_ms > 0 && now - c->out_since_ms >= o->write_timeout_ms) {
+            sf_server_log_limited(&t->server->write_timeout_log, G_LOG_LEVEL_MESSAGE,
+                                  "closing connection from %s: %zu bytes of replies waited "
+                                  "unsent for %d ms (write_timeout_ms): it reads too slowly",
+                                  c->peer, sf_conn_pending(c), o->write_timeout_ms);
+            sf_bump(&t->stats.write_timeouts, 1);
+            sf_conn_abort(t, c);
+        } else if (o->idle_timeout_ms > 0 && now - c->last_active_ms >= o->idle_timeout_ms) {
+            g_debug("closing connection from %s: idle for %d ms (idle_timeout_ms)", c->peer,
+                    o->idle_timeout_ms);
+            sf_bump(&t->stats.idle_timeouts, 1);
+            sf_conn_close(t, c);
+        }
+    }
+}
+
+/* Keeps this thread's unsent replies within its share of max_output_buffer by closing
+ * the connections holding the most (the slowest readers), one rate-limited line. */
+void sf_thread_enforce_budget(sf_thread *t)
+{
+    unsigned closed = 0;
+    size_t freed = 0;
+    while (t->out_total > t->out_budget) {
+        sf_conn *worst = NULL;
+        for (sf_conn *c = t->conns; c != NULL; c = c->next)
+            if (worst == NULL || sf_conn_pending(c) > sf_conn_pending(worst))
+                worst = c;
+        if (worst == NULL || sf_conn_pending(worst) == 0)
+            break;
+        freed += sf_conn_pending(worst);
+        sf_conn_abort(t, worst);
+        closed++;
+    }
+    if (closed == 0)
+        return;
+    sf_bump(&t->stats.output_budget_closes, closed);
+    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
+                          "replies waiting unsent passed max_output_buffer = %d bytes: closed "
+                          "the %u slowest reader(s), freeing %zu bytes",
+                          t->server->opts.max_output_buffer, closed, freed);
+}
+
+/* Begins a graceful stop on this thread: answers what has arrived and
+ * leaves only connections with output still to send. */
+static void sf_thread_begin_drain(sf_thread *t)
+{
+    sf_server *s = t->server;
+    if (t->index == 0 && s->listen_fd >= 0) {
+        if (s->listening)
+            epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+        s->listening = false;
+        sf_server_note_listening(s, false);
+    }
+    sf_conn *next;
+    for (sf_conn *c = t->conns; c != NULL; c = next) {
+        next = c->next;
+        c->draining = true;
+        /* On io_uring, bytes may wait in the receive in flight: reading the socket now
+         * could answer later bytes before them. Its completion (data, or cancelled)
+         * serves the connection instead. */
+        if (t->uring != NULL && sf_loop_uring_cancel_recv(t, c))
+            continue;
+        sf_conn_serve(t, c, NULL, 0, true);
+    }
+}
+
+/* Closes every connection of this thread, unanswered, once after each time listening
+ * stopped: what they sent was read while the node served, or not at all. */
+static void sf_thread_drop_if_asked(sf_thread *t)
+{
+    unsigned epoch = atomic_load(&t->server->drop_epoch);
+    if (epoch == t->seen_drop_epoch)
+        return;
+    t->seen_drop_epoch = epoch;
+    uint64_t dropped = 0;
+    while (t->conns != NULL) {
+        sf_conn_close(t, t->conns);
+        dropped++;
+    }
+    sf_bump(&t->stats.connections_dropped, dropped);
+}
+
+/* Logs a failure to take the port back, at most every SF_LISTEN_RETRY_LOG_MS: it is
+ * retried every loop turn meanwhile. */
+static void sf_server_log_listen_error(sf_server *s, int64_t now, const char *message)
+{
+    if (now - s->last_listen_error_log_ms < SF_LISTEN_RETRY_LOG_MS)
+        return;
+    s->last_listen_error_log_ms = now;
+    g_warning("%s; retrying until it works", message);
+}
+
+/* Thread 0 makes the listener what the owner asked for: listening (and watched), or
+ * closed and replaced by a socket only bound, which keeps the port ours. */
+static void sf_thread_sync_listener(sf_thread *t, int64_t now)
+{
+    sf_server *s = t->server;
+    bool want = atomic_load(&s->want_listening);
+    if (want == s->listening && (want || s->listen_fd >= 0))
+        return;
+    if (!want && s->listening) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+        s->listening = false;
+        sf_server_note_listening(s, false);
+        s->listen_paused = false; /* an accept back-off ends with the listener */
+        g_message("stopped accepting connections on port %d", s->port);
+    }
+    if (s->listen_fd < 0) {
+        GError *err = NULL;
+        s->listen_fd = sf_server_bind(s, &err);
+        if (s->listen_fd < 0) {
+            sf_server_log_listen_error(s, now, err->message);
+            g_error_free(err);
+            return;
+        }
+    }
+    if (!want)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
+    if (listen(s->listen_fd, SF_LISTEN_BACKLOG) != 0 ||
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        char *msg = g_strdup_printf("cannot listen on %s:%d again: %s (has another process "
+                                    "taken the port?)", s->bind_address, s->port,
+                                    g_strerror(errno));
+        sf_server_log_listen_error(s, now, msg);
+        g_free(msg);
+        close(s->listen_fd); /* a fresh bind next turn */
+        s->listen_fd = -1;
+        return;
+    }
+    s->listening = true;
+    g_message("accepting connections on port %d", s->port);
+    sf_server_note_listening(s, true);
+}
+
+/* One event loop: accept (thread 0), read, answer, write, time out. */
+void *sf_thread_main(void *arg)
+{
+    sf_thread *t = arg;
+    sf_server *s = t->server;
+    bool draining = false;
+    if (t->uring != NULL)
+        sf_loop_uring_start(t);
+    t->last_tick_ms = sf_clocks_coarse_ms();
+    for (;;) {
+        if (!sf_loop_turn(t, draining))
+            break;
+        sf_thread_bury(t, false);
+        int64_t now = sf_clocks_coarse_ms();
+        if (!draining && atomic_load(&s->stopping)) {
+            draining = true;
+            sf_thread_begin_drain(t);
+        }
+        if (!draining) {
+            sf_thread_drop_if_asked(t);
+            if (t->index == 0)
+                sf_thread_sync_listener(t, now);
+        }
+        if (draining && (t->conns == NULL || now >= s->stop_deadline_ms))
+            break;
+        if (t->index == 0 && !draining)
+            sf_thread_resume_accept(t, now);
+        if (now - t->last_tick_ms >= SF_TICK_MS) {
+            t->last_tick_ms = now;
+            sf_thread_check_timeouts(t, now);
+        }
+    }
+    while (t->conns != NULL)
+        sf_conn_close(t, t->conns);
+    if (t->uring != NULL)
+        sf_loop_uring_close(t);
+    sf_thread_bury(t, true);
+    return NULL;
+}
