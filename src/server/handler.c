@@ -1,6 +1,9 @@
-/* handler.c -- SfHandler: the Snowflake Thrift service's methods over an sf_worker, with a serving gate and stats. */
+/* handler.c -- SfHandler: the Snowflake service's calls over an sf_worker, with a serving
+ * gate (the view the registry publishes), per-agent counts and timings. The calls are plain
+ * (sf_handler_call_*), for the direct codec and the tests; handler_thrift.c plugs them into
+ * the generated Thrift processor. */
 #define _POSIX_C_SOURCE 200809L
-#include "handler.h"
+#include "handler_internal.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -356,101 +359,6 @@ int sf_handler_max_batch_size(const SfHandler *h)
     return h->max_batch_size;
 }
 
-/* Turns a refusal into the declared exception the generated processor writes, taking
- * message; request is NULL for a method that does not declare InvalidRequestError. */
-static void sf_handler_raise(sf_handler_outcome o, char *message,
-                             SfThriftInvalidSystemClock **clock_error,
-                             SfThriftInvalidUserAgentError **agent_error,
-                             SfThriftInvalidRequestError **request_error,
-                             SfThriftServiceUnavailable **unavailable)
-{
-    switch (o) {
-    case SF_HANDLER_INVALID_SYSTEM_CLOCK:
-        *clock_error = g_object_new(SF_THRIFT_TYPE_INVALID_SYSTEM_CLOCK, "message", message, NULL);
-        break;
-    case SF_HANDLER_INVALID_USER_AGENT:
-        *agent_error =
-            g_object_new(SF_THRIFT_TYPE_INVALID_USER_AGENT_ERROR, "message", message, NULL);
-        break;
-    case SF_HANDLER_INVALID_REQUEST:
-        *request_error =
-            g_object_new(SF_THRIFT_TYPE_INVALID_REQUEST_ERROR, "message", message, NULL);
-        break;
-    case SF_HANDLER_SERVICE_UNAVAILABLE:
-        *unavailable = g_object_new(SF_THRIFT_TYPE_SERVICE_UNAVAILABLE, "message", message, NULL);
-        break;
-    case SF_HANDLER_OK:
-        break;
-    }
-    g_free(message);
-}
-
-/* The service's methods as the generated processor calls them, through the vtable. */
-static gboolean sf_handler_get_worker_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                         GError **error)
-{
-    (void)error;
-    *_return = sf_handler_call_get_worker_id((SfHandler *)iface);
-    return TRUE;
-}
-
-static gboolean sf_handler_get_datacenter_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                             GError **error)
-{
-    (void)error;
-    *_return = sf_handler_call_get_datacenter_id((SfHandler *)iface);
-    return TRUE;
-}
-
-static gboolean sf_handler_get_timestamp(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                         GError **error)
-{
-    (void)error;
-    *_return = sf_handler_call_get_timestamp((SfHandler *)iface);
-    return TRUE;
-}
-
-static gboolean sf_handler_get_id(SfThriftSnowflakeIf *iface, gint64 *_return,
-                                  const gchar *useragent,
-                                  SfThriftInvalidSystemClock **clock_error,
-                                  SfThriftInvalidUserAgentError **agent_error,
-                                  SfThriftServiceUnavailable **unavailable, GError **error)
-{
-    (void)error;
-    char *message = NULL;
-    int64_t id;
-    sf_handler_outcome o = sf_handler_call_get_id((SfHandler *)iface, useragent, &id, &message);
-    if (o == SF_HANDLER_OK) {
-        *_return = id;
-        return TRUE;
-    }
-    sf_handler_raise(o, message, clock_error, agent_error, NULL, unavailable);
-    return FALSE;
-}
-
-static gboolean sf_handler_get_ids(SfThriftSnowflakeIf *iface, GArray **_return,
-                                   const gchar *useragent, const gint32 count,
-                                   SfThriftInvalidSystemClock **clock_error,
-                                   SfThriftInvalidUserAgentError **agent_error,
-                                   SfThriftInvalidRequestError **request_error,
-                                   SfThriftServiceUnavailable **unavailable, GError **error)
-{
-    (void)error;
-    SfHandler *h = (SfHandler *)iface;
-    GArray *ids = *_return;
-    gboolean fits = count >= 1 && count <= h->max_batch_size;
-    if (fits)
-        g_array_set_size(ids, (guint)count);
-    char *message = NULL;
-    sf_handler_outcome o = sf_handler_call_get_ids(
-        h, useragent, count, fits ? (int64_t *)(void *)ids->data : NULL, &message);
-    if (o == SF_HANDLER_OK)
-        return TRUE;
-    g_array_set_size(ids, 0);
-    sf_handler_raise(o, message, clock_error, agent_error, request_error, unavailable);
-    return FALSE;
-}
-
 SfHandler *sf_handler_new(const sf_handler_options *o)
 {
     SfHandler *h = g_object_new(SF_TYPE_HANDLER, NULL);
@@ -605,9 +513,5 @@ static void sf_handler_class_init(SfHandlerClass *klass)
 {
     SfThriftSnowflakeHandlerClass *base = SF_THRIFT_SNOWFLAKE_HANDLER_CLASS(klass);
     G_OBJECT_CLASS(klass)->finalize = sf_handler_finalize;
-    base->get_worker_id = sf_handler_get_worker_id;
-    base->get_timestamp = sf_handler_get_timestamp;
-    base->get_id = sf_handler_get_id;
-    base->get_datacenter_id = sf_handler_get_datacenter_id;
-    base->get_ids = sf_handler_get_ids;
+    sf_handler_thrift_install(base);
 }

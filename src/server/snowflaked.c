@@ -1,4 +1,6 @@
-/* snowflaked.c -- the Snowflake id server: load settings, listen, register, serve until SIGTERM or SIGINT. */
+/* snowflaked.c -- the Snowflake id server: loads the settings, listens, registers in
+ * ZooKeeper (or takes its static id), and serves until SIGTERM or SIGINT. It wires the parts
+ * together through their headers and knows none of ZooKeeper's API or the wire format. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -15,6 +17,7 @@
 #include "config.h"
 #include "direct_codec.h"
 #include "handler.h"
+#include "metrics.h"
 #include "notify.h"
 #include "rpc/peer.h"
 #include "zk/registry.h"
@@ -85,73 +88,11 @@ static void sf_daemon_set_log_level(const char *level)
     g_log_set_default_handler(sf_daemon_log, NULL);
 }
 
-/* Remembers each agent's count in the admin snapshot. */
-static void sf_daemon_add_agent(const char *agent, uint64_t count, void *ctx)
-{
-    sf_admin_snapshot_add(ctx, SF_ADMIN_COUNTER, "ids_generated", agent, (int64_t)count,
-                          "Ids handed out, per user agent");
-}
-
-/* Hands each method's timings to the admin snapshot. */
-static void sf_daemon_add_timing(const char *method, const sf_latency_snapshot *timing, void *ctx)
-{
-    sf_admin_snapshot_add_timing(ctx, method, timing);
-}
-
-/* Gathers the admin figures from the handler and the server. */
+/* Gathers the admin figures (metrics.c) from the daemon's parts. */
 static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
     sf_daemon *d = ctx;
-    sf_handler_stats hs;
-    sf_server_stats ss;
-    sf_audit_stats as;
-    sf_handler_get_stats(d->handler, &hs);
-    sf_server_get_stats(d->server, &ss);
-    sf_audit_get_stats(d->audit, &as);
-    const struct {
-        const char *name;
-        uint64_t value;
-        const char *help;
-    } counters[] = {
-#define SF_HANDLER_ROW(name, help) { #name, hs.name, help },
-#define SF_SERVER_ROW(name, help) { #name, ss.name, help },
-        SF_HANDLER_COUNTERS(SF_HANDLER_ROW)
-        SF_HANDLER_DERIVED_COUNTERS(SF_HANDLER_ROW)
-        SF_SERVER_COUNTERS(SF_SERVER_ROW)
-#undef SF_HANDLER_ROW
-#undef SF_SERVER_ROW
-#define SF_AUDIT_ROW(name, help) { #name, as.name, help },
-        SF_AUDIT_COUNTERS(SF_AUDIT_ROW)
-#undef SF_AUDIT_ROW
-        { "scribe_enqueue_failures", as.audit_dropped, "The original's name for audit_dropped" },
-    };
-    for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
-        sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
-                              (int64_t)counters[i].value, counters[i].help);
-    sf_handler_foreach_agent(d->handler, sf_daemon_add_agent, snap);
-    sf_handler_foreach_timing(d->handler, sf_daemon_add_timing, snap);
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, hs.worker_id,
-                          "Worker id in use, -1 = none");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "datacenter_id", NULL, hs.datacenter_id,
-                          "Datacenter id in use, -1 = none");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
-                          "Thrift connections open");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "listening", NULL, ss.listening ? 1 : 0,
-                          "1 while the Thrift port accepts connections");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "audit_queue_length", NULL, (int64_t)as.queued,
-                          "Audit entries waiting for the sink");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "output_buffered_bytes", NULL,
-                          (int64_t)ss.output_buffered, "Bytes of replies waiting unsent");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_tracked", NULL,
-                          (int64_t)hs.useragents_tracked,
-                          "User agents counted by name (at most max_tracked_useragents)");
-    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_untracked", NULL,
-                          (int64_t)hs.useragents_untracked,
-                          "Distinct user agents beyond max_tracked_useragents, estimated");
-    char *reason = NULL;
-    gboolean serving = sf_handler_is_serving(d->handler, &reason);
-    sf_admin_snapshot_set_health(snap, serving, reason);
-    g_free(reason);
+    sf_metrics_collect(snap, d->handler, d->server, d->audit);
 }
 
 /* Routes SIGTERM and SIGINT to a signalfd read by the main loop, so no code

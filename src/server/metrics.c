@@ -1,0 +1,72 @@
+/* metrics.c -- every figure the admin endpoint shows (/metrics, /stats, /health), gathered
+ * from the handler, the server and the audit log into one snapshot. The names and help
+ * texts are the ones operators' dashboards and rules use: change them only with those. */
+#include "metrics.h"
+
+/* Remembers each agent's count in the admin snapshot. */
+static void sf_metrics_add_agent(const char *agent, uint64_t count, void *ctx)
+{
+    sf_admin_snapshot_add(ctx, SF_ADMIN_COUNTER, "ids_generated", agent, (int64_t)count,
+                          "Ids handed out, per user agent");
+}
+
+/* Hands each method's timings to the admin snapshot. */
+static void sf_metrics_add_timing(const char *method, const sf_latency_snapshot *timing, void *ctx)
+{
+    sf_admin_snapshot_add_timing(ctx, method, timing);
+}
+
+void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
+                        sf_audit *audit)
+{
+    sf_handler_stats hs;
+    sf_server_stats ss;
+    sf_audit_stats as;
+    sf_handler_get_stats(handler, &hs);
+    sf_server_get_stats(server, &ss);
+    sf_audit_get_stats(audit, &as);
+    const struct {
+        const char *name;
+        uint64_t value;
+        const char *help;
+    } counters[] = {
+#define SF_HANDLER_ROW(name, help) { #name, hs.name, help },
+#define SF_SERVER_ROW(name, help) { #name, ss.name, help },
+        SF_HANDLER_COUNTERS(SF_HANDLER_ROW)
+        SF_HANDLER_DERIVED_COUNTERS(SF_HANDLER_ROW)
+        SF_SERVER_COUNTERS(SF_SERVER_ROW)
+#undef SF_HANDLER_ROW
+#undef SF_SERVER_ROW
+#define SF_AUDIT_ROW(name, help) { #name, as.name, help },
+        SF_AUDIT_COUNTERS(SF_AUDIT_ROW)
+#undef SF_AUDIT_ROW
+        { "scribe_enqueue_failures", as.audit_dropped, "The original's name for audit_dropped" },
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(counters); i++)
+        sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, counters[i].name, NULL,
+                              (int64_t)counters[i].value, counters[i].help);
+    sf_handler_foreach_agent(handler, sf_metrics_add_agent, snap);
+    sf_handler_foreach_timing(handler, sf_metrics_add_timing, snap);
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, hs.worker_id,
+                          "Worker id in use, -1 = none");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "datacenter_id", NULL, hs.datacenter_id,
+                          "Datacenter id in use, -1 = none");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "connections", NULL, (int64_t)ss.connections_open,
+                          "Thrift connections open");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "listening", NULL, ss.listening ? 1 : 0,
+                          "1 while the Thrift port accepts connections");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "audit_queue_length", NULL, (int64_t)as.queued,
+                          "Audit entries waiting for the sink");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "output_buffered_bytes", NULL,
+                          (int64_t)ss.output_buffered, "Bytes of replies waiting unsent");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_tracked", NULL,
+                          (int64_t)hs.useragents_tracked,
+                          "User agents counted by name (at most max_tracked_useragents)");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_untracked", NULL,
+                          (int64_t)hs.useragents_untracked,
+                          "Distinct user agents beyond max_tracked_useragents, estimated");
+    char *reason = NULL;
+    gboolean serving = sf_handler_is_serving(handler, &reason);
+    sf_admin_snapshot_set_health(snap, serving, reason);
+    g_free(reason);
+}

@@ -1,0 +1,15 @@
+/* metrics.h -- gathers the daemon's figures for the admin endpoint. */
+#ifndef SF_METRICS_H
+#define SF_METRICS_H
+
+#include "admin.h"
+#include "audit.h"
+#include "handler.h"
+#include "server.h"
+
+/* Adds every counter and gauge of the handler, the server and the audit log (which may be
+ * NULL when there is none) to snap, and the health the handler's gate says. */
+void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
+                        sf_audit *audit);
+
+#endif /* SF_METRICS_H */
