@@ -35,7 +35,7 @@ else bad "snowflake.conf(5) documents $documented keys of $keys"; fi
 
 # A settings file missing a key the server knows stops the build, naming the key.
 grep -v '^max_batch_size' "$top_srcdir/conf/snowflake.conf" >"$tmp/short.conf"
-if out=$(/usr/bin/python3 "$top_srcdir/man/mkman" --readme "$top_srcdir/README" --conf "$tmp/short.conf" \
+if out=$(/usr/bin/python3 "$top_srcdir/man/mkman" --manual "$top_srcdir/doc/manual" --conf "$tmp/short.conf" \
     --help-text "$top_builddir/man/snowflaked.help" --version 0 --sysconfdir /etc \
     --unitdir /lib/systemd/system --out "$tmp" 2>&1); then
   bad "mkman accepted a settings file without max_batch_size"
