@@ -1,7 +1,9 @@
 /* registry_internal.h -- what the registry's files share and nothing outside src/zk/ sees:
  * the state, the registry's struct, and the functions one file calls in another. The public
  * interface is registry.h; this header may change with any commit.
- * What each function expects of r->mu is said at its definition. */
+ * r->mu guards the struct's fields from `zh` on. The state machine (sf_reg_step and the
+ * queueing it does) and the functions whose comment says "lock held" run with it held; the
+ * others take it where they need it. */
 #ifndef SF_REGISTRY_INTERNAL_H
 #define SF_REGISTRY_INTERNAL_H
 

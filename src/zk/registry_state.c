@@ -99,7 +99,8 @@ static const char *sf_reg_state_name(sf_reg_state s)
     return names[s];
 }
 
-/* Queues a report for delivery outside the lock; the oldest gives way when full. */
+/* Queues a report for delivery outside the lock (lock held); the oldest gives way when
+ * full. */
 void sf_reg_queue(sf_registry *r, const sf_reg_report *rep)
 {
     if (!r->watching)
@@ -112,7 +113,8 @@ void sf_reg_queue(sf_registry *r, const sf_reg_report *rep)
     r->report_count++;
 }
 
-/* Queues "not serving" with reason, unless that very reason was the last one reported. */
+/* Queues "not serving" with reason, unless that very reason was the last one reported
+ * (lock held). */
 void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force)
 {
     if (!force && strcmp(r->reason, reason) == 0)
