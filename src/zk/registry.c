@@ -45,12 +45,12 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 {
     char why[SF_REGISTRY_ERR_MAX];
     if (!sf_registry_options_check(opts, why, sizeof why)) {
-        sf_reg_set_err(err, errlen, "%s", why);
+        sf_registry_set_err(err, errlen, "%s", why);
         return NULL;
     }
     sf_registry *r = calloc(1, sizeof *r);
     if (!r) {
-        sf_reg_set_err(err, errlen, "out of memory");
+        sf_registry_set_err(err, errlen, "out of memory");
         return NULL;
     }
     r->o = *opts;
@@ -78,7 +78,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     pthread_condattr_destroy(&cattr);
     if (!r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
-        sf_reg_set_err(err, errlen, "out of memory");
+        sf_registry_set_err(err, errlen, "out of memory");
         sf_registry_close(r);
         return NULL;
     }
@@ -110,8 +110,8 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
         return -1;
     if (sf_reg_stopped(r)) {
         sf_reg_release_worker(r, id);
-        sf_reg_set_err(err, errlen, "stopped right after claiming worker id %" PRId64
-                       " (released)", id);
+        sf_registry_set_err(err, errlen, "stopped right after claiming worker id %" PRId64
+                            " (released)", id);
         return -1;
     }
     sf_reg_log(r, "info", "claimed worker id %" PRId64 " (%s/%" PRId64 " = %s)", id,
@@ -271,7 +271,7 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
     sf_reg_deliver(r);
     int rc = pthread_create(&r->thread, NULL, sf_reg_thread, r);
     if (rc != 0) {
-        sf_reg_set_err(err, errlen, "cannot start the registry thread: %s", strerror(rc));
+        sf_registry_set_err(err, errlen, "cannot start the registry thread: %s", strerror(rc));
         return -1;
     }
     r->thread_started = true;

@@ -33,8 +33,8 @@ static int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, si
         return 1;
     }
     if (rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT) {
-        sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
-                       rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+        sf_registry_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
+                            rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
         return -1;
     }
     /* Exists, or unknown after a lost connection: whose is it? */
@@ -50,7 +50,7 @@ static int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, si
         snprintf(holder, holderlen, "(a node that has just gone)");
         return 0;
     }
-    sf_reg_set_err(err, errlen, "cannot create %s: %s", path, zerror(rc));
+    sf_registry_set_err(err, errlen, "cannot create %s: %s", path, zerror(rc));
     return -1;
 }
 
@@ -64,8 +64,8 @@ static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t er
             sf_reg_log(r, "warning", "worker id %" PRId64 " is held by %s; retry %d of %d in %d ms",
                        r->wanted_id, holder, attempt, retries, r->o.claim_retry_wait_ms);
             if (!sf_reg_sleep(r, r->o.claim_retry_wait_ms)) {
-                sf_reg_set_err(err, errlen, "stopped while waiting for worker id %" PRId64
-                               " (held by %s)", r->wanted_id, holder);
+                sf_registry_set_err(err, errlen, "stopped while waiting for worker id %" PRId64
+                                    " (held by %s)", r->wanted_id, holder);
                 return -1;
             }
         }
@@ -77,10 +77,11 @@ static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t er
             return 0;
         }
     }
-    sf_reg_set_err(err, errlen, "worker id %" PRId64 " is already held by %s (%s/%" PRId64 "); "
-                   "stop that node, release a stale one (snowflake-zk release %" PRId64 "), or "
-                   "configure another worker_id", r->wanted_id, holder, r->worker_id_path,
-                   r->wanted_id, r->wanted_id);
+    sf_registry_set_err(err, errlen,
+                        "worker id %" PRId64 " is already held by %s (%s/%" PRId64 "); "
+                        "stop that node, release a stale one (snowflake-zk release %" PRId64
+                        "), or configure another worker_id", r->wanted_id, holder,
+                        r->worker_id_path, r->wanted_id, r->wanted_id);
     return -1;
 }
 
@@ -136,8 +137,8 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
     }
     if (rc != ZOK) {
         mine[0] = '\0';
-        sf_reg_set_err(err, errlen, "cannot create a lock node under %s: %s", r->lock_path,
-                       zerror(rc));
+        sf_registry_set_err(err, errlen, "cannot create a lock node under %s: %s", r->lock_path,
+                            zerror(rc));
         return -1;
     }
     const char *my_name = strrchr(mine, '/') + 1;
@@ -145,7 +146,7 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
         struct String_vector kids = {0, NULL};
         rc = zoo_get_children(r->zh, r->lock_path, 0, &kids);
         if (rc != ZOK) {
-            sf_reg_set_err(err, errlen, "cannot list %s: %s", r->lock_path, zerror(rc));
+            sf_registry_set_err(err, errlen, "cannot list %s: %s", r->lock_path, zerror(rc));
             return -1;
         }
         qsort(kids.data, (size_t)kids.count, sizeof kids.data[0], sf_reg_cmp_lock);
@@ -155,7 +156,7 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
                 idx = i;
         if (idx < 0) {
             deallocate_String_vector(&kids);
-            sf_reg_set_err(err, errlen, "our lock node %s disappeared (session lost)", mine);
+            sf_registry_set_err(err, errlen, "our lock node %s disappeared (session lost)", mine);
             return -1;
         }
         if (idx == 0) {
@@ -172,7 +173,7 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
         if (rc == ZNONODE)
             continue;
         if (rc != ZOK) {
-            sf_reg_set_err(err, errlen, "cannot watch %s: %s", pred, zerror(rc));
+            sf_registry_set_err(err, errlen, "cannot watch %s: %s", pred, zerror(rc));
             return -1;
         }
         pthread_mutex_lock(&r->mu);
@@ -181,8 +182,8 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
         bool stop = r->stop, expired = r->expired;
         pthread_mutex_unlock(&r->mu);
         if (stop || expired) {
-            sf_reg_set_err(err, errlen, "%s while waiting for the lock %s (behind %s)",
-                           stop ? "stopped" : "session expired", mine, pred);
+            sf_registry_set_err(err, errlen, "%s while waiting for the lock %s (behind %s)",
+                                stop ? "stopped" : "session expired", mine, pred);
             return -1;
         }
     }
@@ -212,7 +213,7 @@ static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size
     bool taken[SF_REGISTRY_MAX_WORKERS] = {false};
     int rc = zoo_get_children(r->zh, r->worker_id_path, 0, &kids);
     if (rc != ZOK) {
-        sf_reg_set_err(err, errlen, "cannot list %s: %s", r->worker_id_path, zerror(rc));
+        sf_registry_set_err(err, errlen, "cannot list %s: %s", r->worker_id_path, zerror(rc));
         return -1;
     }
     for (int i = 0; i < kids.count; i++) {
@@ -248,13 +249,14 @@ static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size
     char holders[SF_REGISTRY_ERR_MAX - 512];
     sf_reg_list_holders(r, holders, sizeof holders);
     if (skipped > 0)
-        sf_reg_set_err(err, errlen, "no worker id under %s can be claimed: %d free ones have "
-                       "floors too far ahead of our clock (see the warnings above; `snowflake-zk "
-                       "list` shows every floor), the others are taken: %s", r->worker_id_path,
-                       skipped, holders);
+        sf_registry_set_err(err, errlen,
+                            "no worker id under %s can be claimed: %d free ones have floors too "
+                            "far ahead of our clock (see the warnings above; `snowflake-zk list` "
+                            "shows every floor), the others are taken: %s", r->worker_id_path,
+                            skipped, holders);
     else
-        sf_reg_set_err(err, errlen, "all %d worker ids under %s are taken: %s",
-                       SF_REGISTRY_MAX_WORKERS, r->worker_id_path, holders);
+        sf_registry_set_err(err, errlen, "all %d worker ids under %s are taken: %s",
+                            SF_REGISTRY_MAX_WORKERS, r->worker_id_path, holders);
     return -1;
 }
 

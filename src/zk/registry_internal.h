@@ -18,6 +18,11 @@
 #include <zookeeper/zookeeper.h>
 
 #include "registry.h"
+#include "registry_log.h"
+
+/* A line to the registry's log (the caller's, or standard error). */
+#define sf_reg_log(r, level, ...) \
+    sf_registry_log_to((r)->o.log, (r)->o.log_ctx, level, __VA_ARGS__)
 
 #define SF_REG_PATH_MAX 1024
 #define SF_REG_DATA_MAX 512
@@ -142,10 +147,6 @@ struct sf_registry {
 };
 
 /* registry_state.c: the state machine and its reports. */
-void sf_reg_set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void sf_reg_log(sf_registry *r, const char *level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 void sf_reg_wait_locked(sf_registry *r, int64_t ms);
 bool sf_reg_sleep(sf_registry *r, int64_t ms);
 bool sf_reg_stopped(sf_registry *r);

@@ -123,7 +123,7 @@ static int sf_reg_read_state(sf_registry *r, int64_t id, sf_reg_record *rec, int
     if (rc == ZNONODE)
         return 0;
     if (rc != ZOK) {
-        sf_reg_set_err(err, errlen, "cannot read the floor in %s: %s", path, zerror(rc));
+        sf_registry_set_err(err, errlen, "cannot read the floor in %s: %s", path, zerror(rc));
         return -1;
     }
     *version = st.version;
@@ -159,13 +159,13 @@ static int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errle
         sf_reg_state_node(r, id, path, sizeof path);
         int rc = zoo_create(r->zh, path, "released -1", 11, sf_reg_acl(r), 0, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
-            sf_reg_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
-                           rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            sf_registry_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
+                                rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
             return -1;
         }
     }
-    sf_reg_set_err(err, errlen, "the state node for worker id %" PRId64 " under %s keeps "
-                   "vanishing; is another tool deleting it?", id, r->state_path);
+    sf_registry_set_err(err, errlen, "the state node for worker id %" PRId64 " under %s keeps "
+                        "vanishing; is another tool deleting it?", id, r->state_path);
     return -1;
 }
 
@@ -214,7 +214,7 @@ int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_
         return 0;
     int64_t behind = floor - now + 1, limit = sf_reg_floor_wait_limit(r);
     if (behind > limit) {
-        sf_reg_set_err(err, errlen,
+        sf_registry_set_err(err, errlen,
                 "our clock is %" PRId64 " ms behind the floor recorded for worker id %" PRId64
                 " (%s/%" PRId64 " = %" PRId64 "), further than a new holder waits (%" PRId64
                 " ms: the lease plus the peers' clock tolerance of %" PRId64 " ms, or "
@@ -232,8 +232,9 @@ int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_
                           "behind its, or it stopped less than a lease ago");
     while ((now = sf_clock_now_ms()) <= floor) {
         if (!sf_reg_sleep(r, floor - now + 1)) {
-            sf_reg_set_err(err, errlen, "stopped while waiting for the clock to pass the floor "
-                           "recorded for worker id %" PRId64, id);
+            sf_registry_set_err(err, errlen,
+                                "stopped while waiting for the clock to pass the floor "
+                                "recorded for worker id %" PRId64, id);
             return -1;
         }
     }

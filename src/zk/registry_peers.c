@@ -1,6 +1,7 @@
 /* registry_peers.c -- the start-up sanity checks against the peers holding worker ids. */
 #define _POSIX_C_SOURCE 200809L
 #include "registry_peers.h"
+#include "registry_log.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,30 +19,9 @@
 #define SF_REG_PEERS_STARTING_TRIES 20
 #define SF_REG_PEERS_STARTING_WAIT_MS 50
 
-/* Formats into the caller's buffer, so no error path loses its message. */
-static void sf_reg_peers_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-/* Sends a message to the registry's log, or to standard error without one. */
-static void sf_reg_peers_log(const sf_registry_peers *p, const char *level, const char *fmt, ...)
-{
-    char msg[SF_REGISTRY_ERR_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (p->log)
-        p->log(p->log_ctx, level, msg);
-    else
-        fprintf(stderr, "snowflaked: registry: %s: %s\n", level, msg);
-}
+/* A line to the registry's log (the caller's, or standard error). */
+#define sf_reg_peers_log(p, level, ...) \
+    sf_registry_log_to((p)->log, (p)->log_ctx, level, __VA_ARGS__)
 
 /* True when start-up is being cancelled: the checks stop at once. */
 static bool sf_reg_peers_cancelled(const sf_registry_peers *p)
@@ -90,13 +70,13 @@ static int sf_reg_peers_query(const sf_registry_peers *p, const char *peer, int6
 int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen)
 {
     if (!p->query_peer) {
-        sf_reg_peers_set_err(err, errlen, "no way to query peers was given for the sanity checks");
+        sf_registry_set_err(err, errlen, "no way to query peers was given for the sanity checks");
         return -1;
     }
     struct String_vector kids = {0, NULL};
     int rc = zoo_get_children(p->zh, p->worker_id_path, 0, &kids);
     if (rc != ZOK) {
-        sf_reg_peers_set_err(err, errlen, "cannot list %s: %s", p->worker_id_path, zerror(rc));
+        sf_registry_set_err(err, errlen, "cannot list %s: %s", p->worker_id_path, zerror(rc));
         return -1;
     }
     int result = 0;
@@ -105,7 +85,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         int64_t id;
         char path[SF_REG_PEERS_PATH_MAX], peer[SF_REG_PEERS_DATA_MAX], perr[SF_REGISTRY_ERR_MAX];
         if (sf_reg_peers_cancelled(p)) {
-            sf_reg_peers_set_err(err, errlen, "stopped while checking the peers under %s",
+            sf_registry_set_err(err, errlen, "stopped while checking the peers under %s",
                              p->worker_id_path);
             result = -1;
             break;
@@ -138,7 +118,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
                              "skipped: %s", peer, id, perr);
                 continue;
             }
-            sf_reg_peers_set_err(err, errlen,
+            sf_registry_set_err(err, errlen,
                     "peer %s holding worker id %" PRId64 " under %s is unreachable: %s; start it, "
                     "release its stale node (snowflake-zk release %" PRId64 "), or set "
                     "skip_unreachable_peers = true",
@@ -153,19 +133,19 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
                              path, peer, pw);
                 continue;
             }
-            sf_reg_peers_set_err(err, errlen,
+            sf_registry_set_err(err, errlen,
                     "%s is stale: %s now holds worker id %" PRId64 " under its own node; it "
                     "disappears when its session expires, or release it (snowflake-zk release %"
                     PRId64 "), or set skip_unreachable_peers = true",
                     path, peer, pw, id);
             result = -1;
         } else if (pw != id) {
-            sf_reg_peers_set_err(err, errlen,
+            sf_registry_set_err(err, errlen,
                     "worker id insanity: %s holds %s in ZooKeeper but says its worker id is %" PRId64,
                     peer, path, pw);
             result = -1;
         } else if (pd != p->datacenter_id) {
-            sf_reg_peers_set_err(err, errlen,
+            sf_registry_set_err(err, errlen,
                     "datacenter id insanity: %s under %s has datacenter id %" PRId64
                     ", ours is %" PRId64 " (each datacenter needs its own worker_id_path)",
                     peer, p->worker_id_path, pd, p->datacenter_id);
@@ -180,7 +160,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         int64_t mean = sum / count, now = sf_clock_now_ms();
         int64_t diff = now > mean ? now - mean : mean - now;
         if (diff > p->max_clock_skew_ms) {
-            sf_reg_peers_set_err(err, errlen,
+            sf_registry_set_err(err, errlen,
                     "timestamp sanity check failed: the mean of %" PRId64 " peers' clocks is %" PRId64
                     " ms, ours is %" PRId64 " ms, %" PRId64 " ms apart (at most %" PRId64 " allowed)",
                     count, mean, now, diff, p->max_clock_skew_ms);

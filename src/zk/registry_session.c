@@ -70,10 +70,10 @@ int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     bool ok = r->zh != NULL;
     pthread_mutex_unlock(&r->mu);
     if (!ok) {
-        sf_reg_set_err(err, errlen,
-                       "cannot start a ZooKeeper session with '%s' (zookeeper.hosts, a "
-                       "comma-separated list of host:port): %s",
-                       r->hosts, errno ? strerror(errno) : "refused by the client library");
+        sf_registry_set_err(err, errlen,
+                            "cannot start a ZooKeeper session with '%s' (zookeeper.hosts, a "
+                            "comma-separated list of host:port): %s",
+                            r->hosts, errno ? strerror(errno) : "refused by the client library");
         return -1;
     }
     return 0;
@@ -92,16 +92,16 @@ int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
     zhandle_t *zh = r->zh;
     pthread_mutex_unlock(&r->mu);
     if (stop) {
-        sf_reg_set_err(err, errlen, "stopped while connecting to ZooKeeper at '%s'", r->hosts);
+        sf_registry_set_err(err, errlen, "stopped while connecting to ZooKeeper at '%s'", r->hosts);
         return -1;
     }
     if (!ok) {
-        sf_reg_set_err(err, errlen, expired
+        sf_registry_set_err(err, errlen, expired
                            ? "ZooKeeper at '%s' (zookeeper.hosts) ended the new session at once "
                              "(a refused credential in zookeeper.auth?)"
                            : "no ZooKeeper server at '%s' (zookeeper.hosts) answered within %" PRId64
                              " ms; check that it runs and that this host can reach it",
-                       r->hosts, wait_ms);
+                            r->hosts, wait_ms);
         return -1;
     }
     if (!r->auth)
@@ -119,8 +119,9 @@ int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
         pthread_mutex_unlock(&r->mu);
     }
     if (rc != ZOK) {
-        sf_reg_set_err(err, errlen, "ZooKeeper at '%s' refused the credential in zookeeper.auth "
-                       "(user:password): %s", r->hosts, zerror(rc));
+        sf_registry_set_err(err, errlen,
+                            "ZooKeeper at '%s' refused the credential in zookeeper.auth "
+                            "(user:password): %s", r->hosts, zerror(rc));
         return -1;
     }
     return 0;
@@ -173,8 +174,8 @@ int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errle
         *p = '\0';
         int rc = zoo_create(r->zh, buf, NULL, -1, sf_reg_acl(r), 0, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
-            sf_reg_set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf,
-                           zerror(rc), rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
+            sf_registry_set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf,
+                                zerror(rc), rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
             return -1;
         }
         *p = saved;

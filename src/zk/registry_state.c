@@ -16,31 +16,6 @@
 #include "common/clocks.h"
 #include "lib/snowflake.h"
 
-/* Formats into a caller's buffer; every error path uses it so messages are never lost. */
-void sf_reg_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-/* Sends a message to the caller's log, or to standard error without one. */
-void sf_reg_log(sf_registry *r, const char *level, const char *fmt, ...)
-{
-    char msg[SF_REGISTRY_ERR_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (r->o.log)
-        r->o.log(r->o.log_ctx, level, msg);
-    else
-        fprintf(stderr, "snowflaked: registry: %s: %s\n", level, msg);
-}
-
 /* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */
 static struct timespec sf_reg_deadline_in(int64_t ms)
 {
