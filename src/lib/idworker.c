@@ -318,6 +318,11 @@ int64_t sf_worker_epoch(const sf_worker *w)
     return w->opts.epoch_ms;
 }
 
+int64_t sf_worker_max_clock_backward_wait_ms(const sf_worker *w)
+{
+    return w->opts.max_clock_backward_wait_ms;
+}
+
 int64_t sf_worker_last_timestamp(sf_worker *w)
 {
     return do_last(w);

@@ -113,6 +113,8 @@ int sf_worker_next_ids_wait_max(sf_worker *w, int64_t *ids, size_t count, int64_
 int64_t sf_worker_worker_id(const sf_worker *w);
 int64_t sf_worker_datacenter_id(const sf_worker *w);
 int64_t sf_worker_epoch(const sf_worker *w);
+/* The worker's max_clock_backward_wait_ms: 0 when it never waits for the clock. */
+int64_t sf_worker_max_clock_backward_wait_ms(const sf_worker *w);
 
 /* The timestamp (Unix ms) of the last id handed out, or -1 before the first. */
 int64_t sf_worker_last_timestamp(sf_worker *w);

@@ -1,7 +1,7 @@
-/* handler.c -- SfHandler: the Snowflake service's calls over an sf_worker, with a serving
- * gate (the view the registry publishes), per-agent counts and timings. The calls are plain
- * (sf_handler_call_*), for the direct codec and the tests; handler_thrift.c plugs them into
- * the generated Thrift processor. */
+/* handler.c -- SfHandler: the Snowflake service's calls, made through the fence (zk/fence.h:
+ * the worker and gate the registry publishes), with per-agent counts and timings. The calls
+ * are plain (sf_handler_call_*), for the direct codec and the tests; handler_thrift.c plugs
+ * them into the generated Thrift processor. */
 #define _POSIX_C_SOURCE 200809L
 #include "handler_internal.h"
 
@@ -13,6 +13,7 @@
 #include "agents.h"
 #include "common/clocks.h"
 #include "latency.h"
+#include "zk/fence.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and
  * readers sum the stripes, so the hot path never shares a written line. */
@@ -27,32 +28,12 @@ typedef struct sf_handler_stripe {
     _Alignas(64) sf_latency timings[SF_HANDLER_METHODS];
 } sf_handler_stripe;
 
-/* What requests are served with: one consistent copy of the published state. */
-typedef struct sf_handler_view {
-    sf_worker *worker;    /* NULL while none is held */
-    gboolean serving;     /* the gate */
-    uint64_t epoch;       /* bumped by every publish, never by a lease renewal */
-    int64_t lease_until;  /* CLOCK_BOOTTIME ms; 0 = no lease (standalone) */
-    int64_t reserved_until; /* Unix ms: no id past this timestamp; 0 = no reservation */
-} sf_handler_view;
-
 struct _SfHandler {
     SfThriftSnowflakeHandler parent;
     int max_batch_size;
     int max_useragent_length;
     sf_agents *agents;      /* ids per agent, bounded by max_tracked_useragents */
-    /* The published view, under a sequence lock: the registry's thread alone writes it
-     * (under lock), requests read it without locking and retry while a write is under
-     * way, so worker, gate, epoch and lease are always seen together. */
-    atomic_uint_fast64_t view_seq; /* odd while a write is under way */
-    _Atomic(sf_worker *) view_worker;
-    atomic_bool view_serving;
-    atomic_uint_fast64_t view_epoch;
-    _Atomic int64_t view_lease_until;
-    _Atomic int64_t view_reserved_until;
-    GMutex lock;            /* guards writers, retired and reason */
-    GPtrArray *retired;     /* every worker ever published, freed at finalize */
-    char *reason;
+    sf_fence *fence;        /* the worker and the gate the registry publishes */
     sf_handler_stripe *stripes;
     sf_handler_audit_fn audit; /* told of every id handed out; set before serving */
     void *audit_ctx;
@@ -96,105 +77,9 @@ static void sf_handler_time(SfHandler *h, sf_handler_method m, uint64_t start_ns
     sf_latency_record(&sf_handler_my_stripe(h)->timings[m], sf_clocks_mono_ns() - start_ns);
 }
 
-/* Counts ids that were made but not handed out: the check after making them failed. */
-static void sf_handler_count_discarded(SfHandler *h, uint64_t n)
-{
-    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->ids_discarded, n, memory_order_relaxed);
-}
-
-/* Reads the published view: a sequence-lock read, retried while a write is under way. */
-static void sf_handler_read_view(SfHandler *h, sf_handler_view *v)
-{
-    for (;;) {
-        uint64_t before = atomic_load_explicit(&h->view_seq, memory_order_acquire);
-        if (before & 1)
-            continue;
-        v->worker = atomic_load_explicit(&h->view_worker, memory_order_relaxed);
-        v->serving = atomic_load_explicit(&h->view_serving, memory_order_relaxed);
-        v->epoch = atomic_load_explicit(&h->view_epoch, memory_order_relaxed);
-        v->lease_until = atomic_load_explicit(&h->view_lease_until, memory_order_relaxed);
-        v->reserved_until = atomic_load_explicit(&h->view_reserved_until, memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&h->view_seq, memory_order_relaxed) == before)
-            return;
-    }
-}
-
-/* Writes the view (caller holds h->lock): epoch_step 1 for a publish, 0 for a renewal. */
-static void sf_handler_write_view(SfHandler *h, sf_worker *w, gboolean serving,
-                                  int64_t lease_until, int64_t reserved_until,
-                                  uint64_t epoch_step)
-{
-    uint64_t seq = atomic_load_explicit(&h->view_seq, memory_order_relaxed);
-    atomic_store_explicit(&h->view_seq, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&h->view_worker, w, memory_order_relaxed);
-    atomic_store_explicit(&h->view_serving, serving, memory_order_relaxed);
-    atomic_store_explicit(&h->view_epoch,
-                          atomic_load_explicit(&h->view_epoch, memory_order_relaxed) + epoch_step,
-                          memory_order_relaxed);
-    atomic_store_explicit(&h->view_lease_until, lease_until, memory_order_relaxed);
-    atomic_store_explicit(&h->view_reserved_until, reserved_until, memory_order_relaxed);
-    atomic_store_explicit(&h->view_seq, seq + 2, memory_order_release);
-}
-
-/* Why a view does not serve, newly allocated; NULL when it serves at boot-clock time now
- * an id made at made_ts (Unix ms; -1 = none made yet). */
-static char *sf_handler_refusal(SfHandler *h, const sf_handler_view *v, int64_t now,
-                                int64_t made_ts)
-{
-    if (v->worker == NULL)
-        return g_strdup("no worker id is held");
-    if (!v->serving) {
-        g_mutex_lock(&h->lock);
-        char *reason = g_strdup(h->reason != NULL ? h->reason : "not serving");
-        g_mutex_unlock(&h->lock);
-        return reason;
-    }
-    if (v->lease_until != 0 && now >= v->lease_until)
-        return g_strdup_printf("the ZooKeeper lease expired %" G_GINT64_FORMAT " ms ago: "
-                               "the session may have expired and another node may hold our "
-                               "worker id; waiting for the lease to be renewed",
-                               (gint64)(now - v->lease_until));
-    if (v->reserved_until != 0 && made_ts > v->reserved_until)
-        return g_strdup_printf("the clock is past the timestamps reserved in ZooKeeper (up to %"
-                               G_GINT64_FORMAT "): another node may take our worker id from "
-                               "there; waiting for the next renewal to reserve more",
-                               (gint64)v->reserved_until);
-    return NULL;
-}
-
 /* Set on a thread whose call was refused ServiceUnavailable; read and cleared by
  * sf_handler_take_unavailable on the same thread, after the call's reply was made. */
 static _Thread_local gboolean sf_handler_refused_here;
-
-/* The request path's one check, made before an id is made and again after: TRUE when
- * the published view serves at a boot-clock reading taken now and, after (made_under
- * non-NULL), is still the view the ids were made under (no fence, no new worker, no
- * claim in between; a renewal keeps the epoch) and the latest id made, at made_ts (Unix
- * ms), is within the reservation. Fills *v with the view read. Otherwise sets *message
- * to why, counts the refusal and returns FALSE: ids made meanwhile are discarded by the
- * caller, never handed out. */
-static gboolean sf_handler_check(SfHandler *h, const sf_handler_view *made_under,
-                                 int64_t made_ts, sf_handler_view *v, char **message)
-{
-    sf_handler_read_view(h, v);
-    int64_t now = v->lease_until != 0 ? sf_clocks_boot_ms() : 0;
-    gboolean same = made_under == NULL ||
-                    (v->epoch == made_under->epoch && v->worker == made_under->worker);
-    if (G_LIKELY(same && v->worker != NULL && v->serving &&
-                 (v->lease_until == 0 || now < v->lease_until) &&
-                 (v->reserved_until == 0 || made_ts <= v->reserved_until)))
-        return TRUE;
-    char *reason = same ? sf_handler_refusal(h, v, now != 0 ? now : sf_clocks_boot_ms(), made_ts)
-                        : g_strdup("fenced while the id was being made: the worker id may have "
-                                   "changed hands; retry");
-    *message = reason != NULL ? reason : g_strdup("not serving");
-    atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->unavailable_errors, 1,
-                              memory_order_relaxed);
-    sf_handler_refused_here = TRUE;
-    return FALSE;
-}
 
 void sf_handler_set_audit(SfHandler *h, sf_handler_audit_fn fn, void *ctx)
 {
@@ -207,15 +92,6 @@ gboolean sf_handler_take_unavailable(void)
     gboolean refused = sf_handler_refused_here;
     sf_handler_refused_here = FALSE;
     return refused;
-}
-
-/* How long a backward clock step may be waited out: never past the lease. */
-static int64_t sf_handler_wait_budget_ms(const sf_handler_view *v)
-{
-    if (v->lease_until == 0)
-        return INT64_MAX;
-    int64_t left = v->lease_until - sf_clocks_boot_ms();
-    return left > 0 ? left : 0;
 }
 
 /* Sets *message and returns TRUE when agent is longer than max_useragent_length or
@@ -237,27 +113,29 @@ static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, cha
     return TRUE;
 }
 
-/* Makes count ids under the view checked before, then checks again: a core failure
- * becomes InvalidSystemClock with the core's message, a failed second check
- * ServiceUnavailable (the ids are discarded, never handed out). */
-static sf_handler_outcome sf_handler_make_ids(SfHandler *h, const sf_handler_view *before,
-                                              int64_t *ids, size_t count, char **message)
+/* Makes count ids through the fence: a core failure becomes InvalidSystemClock with the
+ * core's message, a refusal ServiceUnavailable (ids made before the fence's second check
+ * failed are counted as discarded, never handed out). */
+static sf_handler_outcome sf_handler_make_ids(SfHandler *h, int64_t *ids, size_t count,
+                                              char **message)
 {
     sf_error err;
-    sf_handler_view after;
-    if (sf_worker_next_ids_wait_max(before->worker, ids, count,
-                                    sf_handler_wait_budget_ms(before), &err) != SF_OK) {
+    char why[SF_FENCE_REASON_MAX];
+    int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &err);
+    if (G_LIKELY(rc == SF_OK))
+        return SF_HANDLER_OK;
+    sf_handler_stripe *s = sf_handler_my_stripe(h);
+    if (rc != SF_FENCE_CLOSED && rc != SF_FENCE_DISCARDED) {
         *message = g_strdup(err.message);
-        atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->clock_errors, 1,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->clock_errors, 1, memory_order_relaxed);
         return SF_HANDLER_INVALID_SYSTEM_CLOCK;
     }
-    int64_t made_ts = (ids[count - 1] >> SF_TIMESTAMP_SHIFT) + sf_worker_epoch(before->worker);
-    if (!sf_handler_check(h, before, made_ts, &after, message)) {
-        sf_handler_count_discarded(h, (uint64_t)count);
-        return SF_HANDLER_SERVICE_UNAVAILABLE;
-    }
-    return SF_HANDLER_OK;
+    if (rc == SF_FENCE_DISCARDED) /* made, then fenced: never handed out */
+        atomic_fetch_add_explicit(&s->ids_discarded, count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->unavailable_errors, 1, memory_order_relaxed);
+    sf_handler_refused_here = TRUE;
+    *message = g_strdup(why);
+    return SF_HANDLER_SERVICE_UNAVAILABLE;
 }
 
 /* get_id: checks the agent, then the gate; makes one id, and hands it out only if the
@@ -265,12 +143,9 @@ static sf_handler_outcome sf_handler_make_ids(SfHandler *h, const sf_handler_vie
 static sf_handler_outcome sf_handler_do_get_id(SfHandler *h, const char *agent, int64_t *id,
                                                char **message)
 {
-    sf_handler_view before;
     if (sf_handler_refuse_bad_agent(h, agent, message))
         return SF_HANDLER_INVALID_USER_AGENT;
-    if (!sf_handler_check(h, NULL, -1, &before, message))
-        return SF_HANDLER_SERVICE_UNAVAILABLE;
-    sf_handler_outcome o = sf_handler_make_ids(h, &before, id, 1, message);
+    sf_handler_outcome o = sf_handler_make_ids(h, id, 1, message);
     if (o != SF_HANDLER_OK)
         return o;
     sf_handler_count_ids(h, agent, 1);
@@ -283,7 +158,6 @@ static sf_handler_outcome sf_handler_do_get_id(SfHandler *h, const char *agent, 
 static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent, int32_t count,
                                                 int64_t *ids, char **message)
 {
-    sf_handler_view before;
     if (sf_handler_refuse_bad_agent(h, agent, message))
         return SF_HANDLER_INVALID_USER_AGENT;
     if (count < 1 || count > h->max_batch_size) {
@@ -293,9 +167,7 @@ static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent,
                                   memory_order_relaxed);
         return SF_HANDLER_INVALID_REQUEST;
     }
-    if (!sf_handler_check(h, NULL, -1, &before, message))
-        return SF_HANDLER_SERVICE_UNAVAILABLE;
-    sf_handler_outcome o = sf_handler_make_ids(h, &before, ids, (size_t)count, message);
+    sf_handler_outcome o = sf_handler_make_ids(h, ids, (size_t)count, message);
     if (o != SF_HANDLER_OK)
         return o;
     sf_handler_count_ids(h, agent, (uint64_t)count);
@@ -310,9 +182,8 @@ static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m,
                                        int64_t (*field)(const sf_worker *))
 {
     uint64_t t0 = sf_clocks_mono_ns();
-    sf_handler_view v;
-    sf_handler_read_view(h, &v);
-    int64_t id = v.worker != NULL ? field(v.worker) : -1;
+    sf_worker *w = sf_fence_worker(h->fence);
+    int64_t id = w != NULL ? field(w) : -1;
     sf_handler_time(h, m, t0);
     return id;
 }
@@ -372,53 +243,32 @@ void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
                         int64_t lease_until_boot_ms, int64_t reserved_until_ms,
                         const char *reason)
 {
-    g_mutex_lock(&h->lock);
-    if (w != NULL && !g_ptr_array_find(h->retired, w, NULL))
-        g_ptr_array_add(h->retired, w);
-    g_free(h->reason);
-    h->reason = g_strdup(reason);
-    sf_handler_write_view(h, w, serving && w != NULL, lease_until_boot_ms, reserved_until_ms, 1);
-    g_mutex_unlock(&h->lock);
+    sf_fence_publish(h->fence, w, serving, lease_until_boot_ms, reserved_until_ms, reason);
 }
 
 void sf_handler_close(SfHandler *h, const char *reason)
 {
-    g_mutex_lock(&h->lock);
-    g_free(h->reason);
-    h->reason = g_strdup(reason);
-    sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed), FALSE,
-                          0, 0, 1);
-    g_mutex_unlock(&h->lock);
+    sf_fence_close(h->fence, reason);
 }
 
 void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
                             int64_t reserved_until_ms)
 {
-    g_mutex_lock(&h->lock);
-    sf_handler_write_view(h, atomic_load_explicit(&h->view_worker, memory_order_relaxed),
-                          atomic_load_explicit(&h->view_serving, memory_order_relaxed),
-                          lease_until_boot_ms, reserved_until_ms, 0);
-    g_mutex_unlock(&h->lock);
+    sf_fence_renew(h->fence, lease_until_boot_ms, reserved_until_ms);
 }
 
 sf_worker *sf_handler_current_worker(SfHandler *h)
 {
-    sf_handler_view v;
-    sf_handler_read_view(h, &v);
-    return v.worker;
+    return sf_fence_worker(h->fence);
 }
 
 gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
-    sf_handler_view v;
-    sf_handler_read_view(h, &v);
-    char *why = sf_handler_refusal(h, &v, sf_clocks_boot_ms(),
-                                   v.reserved_until != 0 ? sf_clock_now_ms() : -1);
+    char why[SF_FENCE_REASON_MAX];
+    gboolean refused = sf_fence_refusal(h->fence, why, sizeof why);
     if (reason != NULL)
-        *reason = why;
-    else
-        g_free(why);
-    return why == NULL;
+        *reason = refused ? g_strdup(why) : NULL;
+    return !refused;
 }
 
 void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
@@ -468,16 +318,14 @@ void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
     sf_agents_foreach(h->agents, fn, ctx);
 }
 
-/* Frees every worker ever set: no request can be running once the last
- * reference to the handler is gone. */
+/* Frees the fence and every worker ever published: no request can be running once the
+ * last reference to the handler is gone. */
 static void sf_handler_finalize(GObject *object)
 {
     SfHandler *h = SF_HANDLER(object);
     sf_agents_free(h->agents);
     free(h->stripes);
-    g_ptr_array_free(h->retired, TRUE);
-    g_free(h->reason);
-    g_mutex_clear(&h->lock);
+    sf_fence_free(h->fence);
     G_OBJECT_CLASS(sf_handler_parent_class)->finalize(object);
 }
 
@@ -486,15 +334,9 @@ static void sf_handler_init(SfHandler *h)
 {
     h->max_batch_size = 1;
     h->max_useragent_length = 255;
-    atomic_init(&h->view_seq, 0);
-    atomic_init(&h->view_worker, NULL);
-    atomic_init(&h->view_serving, false);
-    atomic_init(&h->view_epoch, 0);
-    atomic_init(&h->view_lease_until, 0);
-    atomic_init(&h->view_reserved_until, 0);
-    g_mutex_init(&h->lock);
-    h->retired = g_ptr_array_new_with_free_func((GDestroyNotify)sf_worker_free);
-    h->reason = g_strdup("starting");
+    h->fence = sf_fence_new();
+    if (h->fence == NULL)
+        g_error("out of memory allocating the handler's fence");
     h->stripes = aligned_alloc(64, sizeof(sf_handler_stripe) * SF_HANDLER_STRIPES);
     if (h->stripes == NULL)
         g_error("out of memory allocating handler counters");
