@@ -1,9 +1,12 @@
 /* zkpath.c -- checks a ZooKeeper path against ZooKeeper's own rules (absolute, no empty,
  * "." or ".." component) and ours (not the root, bounded length), so that a bad
  * worker_id_path is refused by the settings check instead of after the port is bound; and
- * reads a worker node's name, which must be the id's one canonical spelling. */
+ * reads a worker node's name, which must be the id's one canonical spelling, and an embedded
+ * holder's description. */
 #include "zkpath.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/snowflake.h"
@@ -53,5 +56,23 @@ bool sf_zkpath_parse_worker_id(const char *name, int64_t *id)
     if (v > SF_MAX_WORKER_ID)
         return false;
     *id = v;
+    return true;
+}
+
+bool sf_zkpath_parse_embedded(const char *data, int64_t *datacenter_id)
+{
+    size_t prefix = strlen(SF_ZKPATH_EMBEDDED_PREFIX);
+    if (strncmp(data, SF_ZKPATH_EMBEDDED_PREFIX, prefix) != 0)
+        return false;
+    *datacenter_id = -1;
+    const char *dc = strstr(data + prefix, "datacenter=");
+    if (dc != NULL) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(dc + strlen("datacenter="), &end, 10);
+        if (errno == 0 && end != dc + strlen("datacenter=") && (*end == '\0' || *end == ' ') &&
+            v >= 0 && v <= SF_MAX_DATACENTER_ID)
+            *datacenter_id = v;
+    }
     return true;
 }

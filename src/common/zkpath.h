@@ -20,4 +20,13 @@ bool sf_zkpath_valid(const char *path, const char **why);
  * "+5" or " 5"), so that every id has exactly one node name. */
 bool sf_zkpath_parse_worker_id(const char *name, int64_t *id);
 
+/* An embedded holder (a process using libsnowflake-zk, which serves no Thrift) describes
+ * itself in its worker node as "embedded pid=<pid> host=<host> datacenter=<id>", so that
+ * peers and tools know not to query it and can still check its datacenter. */
+#define SF_ZKPATH_EMBEDDED_PREFIX "embedded "
+
+/* True when data is an embedded holder's description; *datacenter_id is its datacenter id,
+ * or -1 when the description names none. */
+bool sf_zkpath_parse_embedded(const char *data, int64_t *datacenter_id);
+
 #endif

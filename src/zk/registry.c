@@ -92,8 +92,9 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen)
 {
-    if (sf_reg_wait_session(r, err, errlen) != 0)
-        return -1;
+    int rc = sf_reg_wait_session(r, err, errlen);
+    if (rc != 0)
+        return rc;
     sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
                (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
     if (sf_reg_ensure_path(r, r->worker_id_path, err, errlen) != 0 ||

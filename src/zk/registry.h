@@ -96,11 +96,16 @@ void sf_registry_set_client_logging(bool verbose);
  * level: set it with sf_registry_set_client_logging() first. */
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen);
 
+/* Returned by sf_registry_claim when no ZooKeeper server answered in time: worth trying again
+ * later, unlike its other failures. */
+#define SF_REGISTRY_UNREACHABLE (-2)
+
 /* Waits for the session (up to the session timeout, at least 5 s), checks the peers (unless
  * skipped), claims the worker id (static or automatic), and waits until the clock is past the
  * timestamp recorded for it. On success *worker_id is the id held and *floor_ms the recorded
- * timestamp (-1 if none). Blocks; call once. sf_registry_cancel makes it return -1 at once
- * with "stopped" in err, leaving no worker node behind. */
+ * timestamp (-1 if none). Blocks; call once. Fails with -1, or SF_REGISTRY_UNREACHABLE, with
+ * err filled. sf_registry_cancel makes it return -1 at once with "stopped" in err, leaving no
+ * worker node behind. */
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);
 

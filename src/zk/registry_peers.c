@@ -69,10 +69,6 @@ static int sf_reg_peers_query(const sf_registry_peers *p, const char *peer, int6
 
 int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen)
 {
-    if (!p->query_peer) {
-        sf_registry_set_err(err, errlen, "no way to query peers was given for the sanity checks");
-        return -1;
-    }
     struct String_vector kids = {0, NULL};
     int rc = zoo_get_children(p->zh, p->worker_id_path, 0, &kids);
     if (rc != ZOK) {
@@ -101,6 +97,23 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         if (p->host_port && strcmp(peer, p->host_port) == 0)
             continue;
         int64_t pw = -1, pd = -1, pt = 0;
+        if (sf_zkpath_parse_embedded(peer, &pd)) {
+            /* An embedded holder serves no Thrift: its node says its datacenter. */
+            if (pd >= 0 && pd != p->datacenter_id) {
+                sf_registry_set_err(err, errlen,
+                        "datacenter id insanity: %s (%s) has datacenter id %" PRId64 ", ours is %"
+                        PRId64 " (each datacenter needs its own worker_id_path)",
+                        path, peer, pd, p->datacenter_id);
+                result = -1;
+            }
+            continue;
+        }
+        if (!p->query_peer) {
+            sf_reg_peers_log(p, "info", "peer %s (worker id %" PRId64 ") not queried: an "
+                             "embedded holder's checks cover only what the peers' nodes say",
+                             peer, id);
+            continue;
+        }
         sf_reg_peers_log(p, "info", "checking peer %s (worker id %" PRId64 ")", peer, id);
         int qrc = sf_reg_peers_query(p, peer, &pw, &pd, &pt, perr, sizeof perr);
         if (qrc == SF_REGISTRY_PEER_REFUSED) {

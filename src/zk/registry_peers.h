@@ -24,7 +24,7 @@ typedef struct sf_registry_peers {
     int64_t datacenter_id;
     bool skip_unreachable_peers;
     int64_t max_clock_skew_ms;
-    sf_registry_peer_fn query_peer;
+    sf_registry_peer_fn query_peer; /* NULL: only embedded holders' nodes are checked */
     void *peer_ctx;
     sf_registry_log_fn log;         /* NULL = standard error */
     void *log_ctx;
@@ -33,7 +33,8 @@ typedef struct sf_registry_peers {
 } sf_registry_peers;
 
 /* Queries every peer listed under worker_id_path and checks its worker id, its datacenter id,
- * and the peers' mean clock against ours. Returns 0, or -1 with err filled. */
+ * and the peers' mean clock against ours; an embedded holder is not queried (it serves no
+ * Thrift), its node's datacenter is checked. Returns 0, or -1 with err filled. */
 int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen);
 
 #endif /* SF_REGISTRY_PEERS_H */

@@ -102,7 +102,7 @@ int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
                            : "no ZooKeeper server at '%s' (zookeeper.hosts) answered within %" PRId64
                              " ms; check that it runs and that this host can reach it",
                             r->hosts, wait_ms);
-        return -1;
+        return expired ? -1 : SF_REGISTRY_UNREACHABLE;
     }
     if (!r->auth)
         return 0;

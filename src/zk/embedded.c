@@ -1,0 +1,466 @@
+/* embedded.c -- libsnowflake-zk (snowflake_zk.h): the registry and the fence behind one handle
+ * for programs that make ids in process. The registry claims and guards the worker id; its
+ * callbacks publish the worker and the lease to the fence, which every call makes its ids
+ * through. Knows nothing of sockets or Thrift. */
+#define _GNU_SOURCE /* gethostname's HOST_NAME_MAX, eventfd */
+#include "snowflake_zk.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/option_range.h"
+#include "common/registry_options.h"
+#include "common/zkpath.h"
+#include "fence.h"
+#include "registry.h"
+
+#define SFZ_HOLDER_MAX 256
+#define SFZ_RETRY_WAIT_CAP_MS 30000
+
+struct sfz {
+    char *zookeeper, *auth, *worker_id_path, *holder;
+    sfz_options o;               /* the options, its strings pointing at the copies above */
+    sf_fence *fence;             /* owns every worker published */
+    sf_worker *workers[SF_MAX_WORKER_ID + 1]; /* one per id held so far, reused on a reclaim */
+    pthread_mutex_t lock;        /* guards registry (while starting), cancelled, state */
+    pthread_cond_t wake;         /* a cancel during a retry wait */
+    sf_registry *registry;
+    bool cancelled;
+    sfz_state state;
+    int event_fd;                /* readable after a transition, until sfz_get_state */
+};
+
+/* Fills err (if any) with code and a formatted message; returns code. */
+static int sfz_fail(sfz_error *err, int code, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        err->behind_ms = 0;
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void sfz_options_init(sfz_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->worker_id_path = "/snowflake-servers";
+    opts->worker_id = -1;
+    opts->epoch_ms = SF_TWITTER_EPOCH_MS;
+#define SFZ_DEFAULT(field, lo, hi, dflt) opts->field = (dflt);
+    SFZ_INT_OPTIONS(SFZ_DEFAULT)
+#undef SFZ_DEFAULT
+}
+
+/* The generator's options for worker_id under opts. */
+static void sfz_worker_options(const sfz_options *opts, int64_t worker_id, sf_worker_options *wo)
+{
+    sf_worker_options_init(wo);
+    wo->datacenter_id = opts->datacenter_id;
+    wo->worker_id = worker_id;
+    wo->epoch_ms = opts->epoch_ms;
+    wo->max_clock_backward_wait_ms = opts->max_clock_backward_wait_ms;
+    wo->random_first_sequence = opts->random_first_sequence;
+}
+
+int sfz_options_check(const sfz_options *opts, sfz_error *err)
+{
+    char msg[SFZ_ERROR_MAX];
+    const char *why = NULL;
+    if (opts->zookeeper == NULL || opts->zookeeper[0] == '\0')
+        return sfz_fail(err, SFZ_ERR_ARG, "zookeeper is empty: name at least one host:port");
+    if (!sf_zkpath_valid(opts->worker_id_path, &why))
+        return sfz_fail(err, SFZ_ERR_ARG, "worker_id_path '%s' is not a valid ZooKeeper path "
+                        "(%s): allowed an absolute path of at most %d bytes like "
+                        "/snowflake-servers", opts->worker_id_path ? opts->worker_id_path : "",
+                        why, SF_ZKPATH_MAX);
+    if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID)
+        return sfz_fail(err, SFZ_ERR_ARG, "worker_id %" PRId64 " is outside 0..%d (or -1 for "
+                        "the lowest free one)", opts->worker_id, SF_MAX_WORKER_ID);
+    if (opts->datacenter_id < 0 || opts->datacenter_id > SF_MAX_DATACENTER_ID)
+        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_id %" PRId64 " is outside 0..%d",
+                        opts->datacenter_id, SF_MAX_DATACENTER_ID);
+    if (opts->epoch_ms < 0 || opts->epoch_ms > SF_MAX_EPOCH_MS)
+        return sfz_fail(err, SFZ_ERR_ARG, "epoch_ms %" PRId64 " is outside 0..%lld (Unix ms up "
+                        "to 2100-01-01)", opts->epoch_ms, (long long)SF_MAX_EPOCH_MS);
+    if (opts->epoch_ms > sf_clock_now_ms())
+        return sfz_fail(err, SFZ_ERR_ARG, "epoch_ms %" PRId64 " is in the future: allowed a "
+                        "moment in the past, e.g. Twitter's %lld", opts->epoch_ms,
+                        (long long)SF_TWITTER_EPOCH_MS);
+    if (!sf_registry_auth_valid(opts->auth))
+        return sfz_fail(err, SFZ_ERR_ARG, "auth must be user:password");
+    if (opts->holder != NULL &&
+        (strncmp(opts->holder, SF_ZKPATH_EMBEDDED_PREFIX, strlen(SF_ZKPATH_EMBEDDED_PREFIX)) != 0 ||
+         strlen(opts->holder) >= SFZ_HOLDER_MAX))
+        return sfz_fail(err, SFZ_ERR_ARG, "holder '%.64s' must start with \"%s\" and be shorter "
+                        "than %d bytes (peers must not query an embedded holder)", opts->holder,
+                        SF_ZKPATH_EMBEDDED_PREFIX, SFZ_HOLDER_MAX);
+#define SFZ_CHECK(field, lo, hi, dflt) \
+    if (!sf_option_in_range("", #field, opts->field, (lo), (hi), msg, sizeof msg)) \
+        return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
+    SFZ_INT_OPTIONS(SFZ_CHECK)
+#undef SFZ_CHECK
+    sf_worker_options wo;
+    sfz_worker_options(opts, 0, &wo);
+    sf_error werr;
+    if (sf_worker_options_check(&wo, &werr) != SF_OK)
+        return sfz_fail(err, SFZ_ERR_ARG, "%s", werr.message);
+    return SFZ_OK;
+}
+
+/* A line to the application's log, or standard error. */
+static void sfz_log_line(sfz *h, const char *level, const char *fmt, ...)
+{
+    char line[SFZ_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (h->o.log != NULL)
+        h->o.log(h->o.log_ctx, level, line);
+    else
+        fprintf(stderr, "snowflake-zk %s: %s\n", level, line);
+}
+
+/* The worker for id, made on first use and published to the fence at once (which owns it
+ * from then on); NULL with err filled when it cannot be made. Runs on the registry's thread
+ * (or in sfz_run before that starts). */
+static sf_worker *sfz_worker_for(sfz *h, int64_t id, sf_error *err)
+{
+    if (h->workers[id] == NULL) {
+        sf_worker_options wo;
+        sfz_worker_options(&h->o, id, &wo);
+        h->workers[id] = sf_worker_new(&wo, err);
+    }
+    return h->workers[id];
+}
+
+/* Records a transition: the state, the descriptor made readable, the application told. */
+static void sfz_set_state(sfz *h, bool serving, int64_t worker_id, const char *reason)
+{
+    sfz_state copy;
+    pthread_mutex_lock(&h->lock);
+    h->state.serving = serving;
+    if (worker_id >= 0)
+        h->state.worker_id = worker_id;
+    snprintf(h->state.reason, sizeof h->state.reason, "%s", serving ? "" : reason);
+    copy = h->state;
+    pthread_mutex_unlock(&h->lock);
+    uint64_t one = 1;
+    if (write(h->event_fd, &one, sizeof one) != (ssize_t)sizeof one && errno != EAGAIN)
+        sfz_log_line(h, "warning", "cannot signal the state descriptor: %s", strerror(errno));
+    if (h->o.on_state != NULL)
+        h->o.on_state(h->o.state_ctx, &copy);
+}
+
+/* The registry's transitions: serving publishes the worker for the id held (its floor
+ * applied first) with the lease; anything else closes the fence with the reason. Runs on
+ * the registry's thread. */
+static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
+                         int64_t valid_until_boot_ms, int64_t reserved_until_ms,
+                         const char *reason)
+{
+    sfz *h = ctx;
+    sf_error err;
+    sf_worker *w = serving ? sfz_worker_for(h, worker_id, &err) : NULL;
+    if (serving && w == NULL) {
+        char why[SFZ_ERROR_MAX];
+        snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
+        sf_fence_close(h->fence, why);
+        sfz_set_state(h, false, worker_id, why);
+        return;
+    }
+    if (!serving) {
+        sf_fence_close(h->fence, reason);
+        sfz_set_state(h, false, worker_id, reason != NULL ? reason : "not serving");
+        return;
+    }
+    if (floor_ms >= 0)
+        sf_worker_advance_last_timestamp(w, floor_ms);
+    sf_fence_publish(h->fence, w, true, valid_until_boot_ms, reserved_until_ms, NULL);
+    sfz_set_state(h, true, worker_id, NULL);
+}
+
+/* Every renewal extends the fence's lease: ids stop when it runs out, even when the
+ * registry's thread could not fence (the whole process was frozen). */
+static void sfz_on_lease(void *ctx, int64_t valid_until_boot_ms, int64_t reserved_until_ms)
+{
+    sfz *h = ctx;
+    sf_fence_renew(h->fence, valid_until_boot_ms, reserved_until_ms);
+}
+
+/* What the registry records as the held id's last timestamp. */
+static int64_t sfz_last_timestamp(void *ctx)
+{
+    sfz *h = ctx;
+    sf_worker *w = sf_fence_worker(h->fence);
+    return w != NULL ? sf_worker_last_timestamp(w) : -1;
+}
+
+static void sfz_registry_log(void *ctx, const char *level, const char *message)
+{
+    sfz_log_line(ctx, level, "%s", message);
+}
+
+/* Copies s into *out (NULL stays NULL); false when out of memory. */
+static bool sfz_copy(const char *s, char **out)
+{
+    *out = s != NULL ? strdup(s) : NULL;
+    return s == NULL || *out != NULL;
+}
+
+int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
+{
+    *out = NULL;
+    int rc = sfz_options_check(opts, err);
+    if (rc != SFZ_OK)
+        return rc;
+    sfz *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory allocating the handle");
+    h->o = *opts;
+    h->event_fd = -1;
+    pthread_condattr_t attr;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* retry waits ignore clock steps */
+    pthread_cond_init(&h->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    h->state.worker_id = -1;
+    snprintf(h->state.reason, sizeof h->state.reason, "starting");
+    char holder[SFZ_HOLDER_MAX];
+    if (opts->holder == NULL) {
+        char host[HOST_NAME_MAX + 1];
+        if (gethostname(host, sizeof host) != 0)
+            snprintf(host, sizeof host, "unknown");
+        host[HOST_NAME_MAX] = '\0';
+        snprintf(holder, sizeof holder, SF_ZKPATH_EMBEDDED_PREFIX "pid=%ld host=%s datacenter=%"
+                 PRId64, (long)getpid(), host, opts->datacenter_id);
+    }
+    bool ok = sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
+              sfz_copy(opts->worker_id_path, &h->worker_id_path) &&
+              sfz_copy(opts->holder != NULL ? opts->holder : holder, &h->holder);
+    h->fence = ok ? sf_fence_new() : NULL;
+    if (h->fence == NULL) {
+        sfz_stop(h);
+        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory copying the options");
+    }
+    h->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->event_fd < 0) {
+        int e = errno;
+        sfz_stop(h);
+        return sfz_fail(err, e == ENOMEM ? SFZ_ERR_NOMEM : SFZ_ERR_ARG,
+                        "cannot create the state descriptor: %s", strerror(e));
+    }
+    h->o.zookeeper = h->zookeeper;
+    h->o.auth = h->auth;
+    h->o.worker_id_path = h->worker_id_path;
+    h->o.holder = h->holder;
+    *out = h;
+    return SFZ_OK;
+}
+
+/* The registry's options for this handle. */
+static void sfz_registry_options(sfz *h, sf_registry_options *ro)
+{
+    sf_registry_options_init(ro);
+    ro->hosts = h->o.zookeeper;
+    ro->auth = h->o.auth;
+    ro->worker_id_path = h->o.worker_id_path;
+    ro->worker_id = h->o.worker_id;
+    ro->datacenter_id = h->o.datacenter_id;
+    ro->host_port = h->o.holder;
+    ro->session_timeout_ms = h->o.session_timeout_ms;
+    ro->claim_retries = h->o.claim_retries;
+    ro->claim_retry_wait_ms = h->o.claim_retry_wait_ms;
+    ro->state_interval_ms = h->o.state_interval_ms;
+    ro->max_clock_backward_wait_ms = h->o.max_clock_backward_wait_ms;
+    ro->query_peer = NULL; /* no Thrift here: only what the peers' nodes say is checked */
+    ro->on_state = sfz_on_state;
+    ro->state_ctx = h;
+    ro->on_lease = sfz_on_lease;
+    ro->lease_ctx = h;
+    ro->last_timestamp = sfz_last_timestamp;
+    ro->last_ts_ctx = h;
+    ro->log = sfz_registry_log;
+    ro->log_ctx = h;
+}
+
+/* Waits ms, or less when cancelled; true when not cancelled. */
+static bool sfz_wait(sfz *h, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->lock);
+    while (!h->cancelled && pthread_cond_timedwait(&h->wake, &h->lock, &until) == 0) {
+    }
+    bool go_on = !h->cancelled;
+    pthread_mutex_unlock(&h->lock);
+    return go_on;
+}
+
+/* Drops the registry of a failed try (under the lock, so that a cancel never reaches a
+ * freed one), then closes it. */
+static void sfz_drop_registry(sfz *h)
+{
+    pthread_mutex_lock(&h->lock);
+    sf_registry *r = h->registry;
+    h->registry = NULL;
+    pthread_mutex_unlock(&h->lock);
+    sf_registry_close(r);
+}
+
+/* One try: a registry, its claim. 0, SF_REGISTRY_UNREACHABLE or -1 with msg filled. */
+static int sfz_try_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *msg, size_t len)
+{
+    sf_registry_options ro;
+    sfz_registry_options(h, &ro);
+    sf_registry *r = sf_registry_new(&ro, msg, len);
+    if (r == NULL)
+        return -1;
+    pthread_mutex_lock(&h->lock);
+    bool cancelled = h->cancelled;
+    h->registry = r;
+    pthread_mutex_unlock(&h->lock);
+    if (cancelled) {
+        snprintf(msg, len, "stopped");
+        return -1;
+    }
+    return sf_registry_claim(r, worker_id, floor_ms, msg, len);
+}
+
+int sfz_run(sfz *h, sfz_error *err)
+{
+    char msg[SF_REGISTRY_ERR_MAX];
+    int64_t worker_id = -1, floor_ms = -1, wait_ms = h->o.start_retry_wait_ms;
+    for (int attempt = 0;; attempt++) {
+        int rc = sfz_try_claim(h, &worker_id, &floor_ms, msg, sizeof msg);
+        if (rc == 0)
+            break;
+        sfz_drop_registry(h);
+        pthread_mutex_lock(&h->lock);
+        bool cancelled = h->cancelled;
+        pthread_mutex_unlock(&h->lock);
+        if (cancelled)
+            return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while starting: %s", msg);
+        if (rc != SF_REGISTRY_UNREACHABLE)
+            return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
+        if (attempt >= h->o.start_retries)
+            return sfz_fail(err, SFZ_ERR_UNREACHABLE, "%s (tried %d times; start_retries = %d)",
+                            msg, attempt + 1, h->o.start_retries);
+        sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (%d of %d)", msg, wait_ms,
+                     attempt + 1, h->o.start_retries);
+        if (!sfz_wait(h, wait_ms))
+            return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while waiting to try ZooKeeper again");
+        wait_ms = wait_ms * 2 < SFZ_RETRY_WAIT_CAP_MS ? wait_ms * 2 : SFZ_RETRY_WAIT_CAP_MS;
+    }
+    sf_error werr;
+    sf_worker *w = sfz_worker_for(h, worker_id, &werr);
+    if (w == NULL)
+        return sfz_fail(err, werr.code, "cannot create the id worker: %s", werr.message);
+    if (floor_ms >= 0)
+        sf_worker_advance_last_timestamp(w, floor_ms);
+    sf_fence_publish(h->fence, w, false, 0, 0, "starting: renewing the lease");
+    if (sf_registry_watch(h->registry, msg, sizeof msg) != 0)
+        return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
+    return SFZ_OK;
+}
+
+int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err)
+{
+    sfz *h;
+    int rc = sfz_prepare(opts, &h, err);
+    if (rc == SFZ_OK && (rc = sfz_run(h, err)) != SFZ_OK) {
+        sfz_stop(h);
+        h = NULL;
+    }
+    *out = h;
+    return rc;
+}
+
+void sfz_cancel(sfz *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->cancelled = true;
+    if (h->registry != NULL)
+        sf_registry_cancel(h->registry);
+    pthread_cond_broadcast(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+}
+
+int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
+{
+    if (__builtin_expect(ids == NULL || count == 0, 0))
+        return sfz_fail(err, SFZ_ERR_ARG, "asked for %zu ids into %s: at least 1 id, into a "
+                        "buffer, is allowed", count, ids == NULL ? "NULL" : "a buffer");
+    char why[SF_FENCE_REASON_MAX];
+    sf_error e;
+    int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &e);
+    if (__builtin_expect(rc == SF_OK, 1))
+        return SFZ_OK;
+    if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED)
+        return sfz_fail(err, SFZ_ERR_FENCED, "fenced: %s", why);
+    if (err != NULL) {
+        err->code = e.code;
+        err->behind_ms = e.behind_ms;
+        snprintf(err->message, sizeof err->message, "%s", e.message);
+    }
+    return e.code;
+}
+
+int sfz_next_id(sfz *h, int64_t *id, sfz_error *err)
+{
+    return sfz_next_ids(h, id, 1, err);
+}
+
+void sfz_get_state(sfz *h, sfz_state *out)
+{
+    uint64_t n;
+    pthread_mutex_lock(&h->lock);
+    *out = h->state;
+    /* Unreadable until the next transition; nothing to read is fine (EAGAIN). */
+    if (read(h->event_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+        sfz_log_line(h, "warning", "cannot reset the state descriptor: %s", strerror(errno));
+    pthread_mutex_unlock(&h->lock);
+}
+
+int sfz_state_fd(sfz *h)
+{
+    return h->event_fd;
+}
+
+void sfz_stop(sfz *h)
+{
+    if (h == NULL)
+        return;
+    if (h->registry != NULL)
+        sf_registry_close(h->registry); /* fences first, then records the last timestamp */
+    sf_fence_free(h->fence); /* and every worker: each was published to it when made */
+    if (h->event_fd >= 0)
+        close(h->event_fd);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->wake);
+    free(h->zookeeper);
+    free(h->auth);
+    free(h->worker_id_path);
+    free(h->holder);
+    free(h);
+}

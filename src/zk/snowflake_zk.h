@@ -1,0 +1,142 @@
+/* snowflake_zk.h -- libsnowflake-zk: Snowflake ids made in process under a worker id held in
+ * ZooKeeper, for programs that embed the generator instead of calling snowflaked.
+ *
+ * sfz_start claims a worker id under worker_id_path exactly as snowflaked does (the same
+ * registry: the original's ephemeral nodes, the automatic claim queue, the lease renewed by
+ * conditional writes, the floor recorded for the next holder), and sfz_next_id hands out
+ * libsnowflake's ids only while that lease holds: never after it ran out, also when the whole
+ * process was frozen (SIGSTOP, a suspended machine) and resumed. While fenced, calls fail
+ * with SFZ_ERR_FENCED and the handle claims again on its own.
+ *
+ * An embedded holder's node reads "embedded pid=<pid> host=<host> datacenter=<id>": peers
+ * and snowflake-zk know it serves no Thrift. Its own peer checks cover what the nodes say
+ * (the datacenter of other embedded holders); snowflaked's nodes are not queried.
+ *
+ * Conventions: functions that can fail return SFZ_OK (0) or a negative SFZ_ERR_* code and,
+ * when given an sfz_error, fill it with a message a person can act on. Link with
+ * `pkg-config --libs snowflake-zk`. */
+#ifndef SNOWFLAKE_ZK_H
+#define SNOWFLAKE_ZK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <snowflake.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: libsnowflake's, and the registry's. */
+enum {
+    SFZ_OK = SF_OK,
+    SFZ_ERR_ARG = SF_ERR_ARG,                 /* a bad option; the message names its range */
+    SFZ_ERR_CLOCK_BACKWARDS = SF_ERR_CLOCK_BACKWARDS, /* the original's InvalidSystemClock */
+    SFZ_ERR_NOMEM = SF_ERR_NOMEM,
+    SFZ_ERR_CLOCK = SF_ERR_CLOCK,             /* the clock is unusable */
+    SFZ_ERR_FENCED = -20,      /* no lease held now (the message says why): retry later */
+    SFZ_ERR_UNREACHABLE = -21, /* sfz_start: no ZooKeeper server answered, every try */
+    SFZ_ERR_CLAIM = -22,       /* sfz_start: no worker id could be claimed (taken, checks) */
+    SFZ_ERR_STOPPED = -23      /* sfz_start: sfz_cancel was called */
+};
+
+#define SFZ_ERROR_MAX 1024
+
+typedef struct sfz_error {
+    int code;
+    int64_t behind_ms; /* for SFZ_ERR_CLOCK_BACKWARDS: how far the clock went back */
+    char message[SFZ_ERROR_MAX];
+} sfz_error;
+
+/* What a handle is doing now. */
+typedef struct sfz_state {
+    bool serving;      /* ids are handed out */
+    int64_t worker_id; /* the id held, or the one last held, or -1 before the first claim */
+    char reason[SFZ_ERROR_MAX]; /* while not serving: why, e.g. "disconnected from ZooKeeper" */
+} sfz_state;
+
+/* Told of every transition (and of a new reason while fenced), from the handle's own thread;
+ * must not call sfz_stop. */
+typedef void (*sfz_state_fn)(void *ctx, const sfz_state *state);
+
+/* Messages for the operator: level is "error", "warning" or "info". NULL = standard error. */
+typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
+
+/* X(field, min, max, default) for every integer option. */
+#define SFZ_INT_OPTIONS(X)                                                                  \
+    X(session_timeout_ms, 1000, 600000, 10000) /* asked of ZooKeeper */                     \
+    X(start_retries, 0, 100, 5)         /* ZooKeeper unreachable at start: tries after the first */ \
+    X(start_retry_wait_ms, 0, 60000, 500) /* before the first retry, doubling, at most 30 s */ \
+    X(claim_retries, 0, 100, 2)         /* a taken static id is tried this many more times */ \
+    X(claim_retry_wait_ms, 0, 600000, 10000)                                                \
+    X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded this often */
+
+typedef struct sfz_options {
+    const char *zookeeper;      /* "host:port,host:port"; required */
+    const char *auth;           /* "user:password" for digest auth and ACLs, or NULL */
+    const char *worker_id_path; /* default /snowflake-servers; the lock and state paths are
+                                   worker_id_path + "-locks" and + "-state" */
+    int64_t worker_id;          /* 0..31, or -1 (the default) for the lowest free one */
+    int64_t datacenter_id;      /* 0..31; default 0 */
+    int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS */
+    int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
+    bool random_first_sequence; /* as libsnowflake's; default false */
+    const char *holder;         /* node data; NULL = "embedded pid=<pid> host=<host>
+                                   datacenter=<id>" (must start "embedded ") */
+#define SFZ_OPTION_FIELD(field, lo, hi, dflt) int field;
+    SFZ_INT_OPTIONS(SFZ_OPTION_FIELD)
+#undef SFZ_OPTION_FIELD
+    sfz_state_fn on_state;      /* optional */
+    void *state_ctx;
+    sfz_log_fn log;             /* optional */
+    void *log_ctx;
+} sfz_options;
+
+typedef struct sfz sfz;
+
+/* Fills the defaults above; zookeeper stays NULL. */
+void sfz_options_init(sfz_options *opts);
+
+/* Checks options without connecting: SFZ_OK, or SFZ_ERR_ARG naming the option and its range. */
+int sfz_options_check(const sfz_options *opts, sfz_error *err);
+
+/* Connects, checks, claims a worker id and waits until the clock is past the timestamp
+ * recorded for it; then the handle serves and renews its lease on a thread of its own.
+ * When no ZooKeeper server answers, tries start_retries more times, waiting
+ * start_retry_wait_ms (doubling) between tries, then fails with SFZ_ERR_UNREACHABLE.
+ * Blocks until then; sfz_cancel from another thread makes it fail with SFZ_ERR_STOPPED.
+ * On success *out is the handle. */
+int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err);
+
+/* Makes a blocked sfz_start return SFZ_ERR_STOPPED soon, leaving no node behind. For a handle
+ * not yet returned, pass the one from sfz_prepare. */
+void sfz_cancel(sfz *h);
+
+/* Like sfz_start in two steps, so that another thread can sfz_cancel the start: sfz_prepare
+ * checks the options and returns the handle (not serving); sfz_run does the rest. On a
+ * failed sfz_run the handle is still to be freed with sfz_stop. */
+int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err);
+int sfz_run(sfz *h, sfz_error *err);
+
+/* One id, or count ids strictly increasing (count >= 1). Thread-safe. Returns SFZ_OK,
+ * SFZ_ERR_FENCED while no lease is held, or SFZ_ERR_CLOCK_BACKWARDS / SFZ_ERR_CLOCK. */
+int sfz_next_id(sfz *h, int64_t *id, sfz_error *err);
+int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err);
+
+/* The state now (for a health check). */
+void sfz_get_state(sfz *h, sfz_state *out);
+
+/* A descriptor that becomes readable on every transition: poll it, then call sfz_get_state
+ * (which also makes it unreadable again until the next transition). Owned by the handle. */
+int sfz_state_fd(sfz *h);
+
+/* Records the last timestamp and releases the worker id at once (the node is deleted; the
+ * next holder starts after this handle's last id), then frees the handle. NULL is allowed. */
+void sfz_stop(sfz *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNOWFLAKE_ZK_H */

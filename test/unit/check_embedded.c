@@ -1,0 +1,386 @@
+/* check_embedded.c -- libsnowflake-zk through its public header only, against a real ZooKeeper
+ * server: options refused by name, a start that serves and a stop that releases, ZooKeeper
+ * unreachable at start, every slot taken, another datacenter's embedded holder, a start
+ * stopped midway, an application that keeps calling while fenced, and a process frozen past
+ * its session timeout. */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME, prctl */
+#include <check.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <snowflake_zk.h>
+
+#include "registry_harness.h"
+
+static sf_test_zk zk;
+
+/* Options for one test on its own path, short session, quick retries. */
+static void test_options(sfz_options *o, const char *hosts, const char *path)
+{
+    sfz_options_init(o);
+    o->zookeeper = hosts;
+    o->worker_id_path = path;
+    o->session_timeout_ms = 2000;
+    o->start_retry_wait_ms = 100;
+    o->claim_retries = 0;
+}
+
+static int64_t worker_of(int64_t id)
+{
+    return (id >> SF_WORKER_ID_SHIFT) & SF_MAX_WORKER_ID;
+}
+
+static int64_t timestamp_of(int64_t id)
+{
+    return (id >> SF_TIMESTAMP_SHIFT) + SF_TWITTER_EPOCH_MS;
+}
+
+/* Every bad option is refused before connecting, naming the option and what is allowed. */
+START_TEST(bad_options_name_the_option_and_range)
+{
+    static const struct {
+        const char *field;
+        const char *needle;
+    } cases[] = {
+        {"zookeeper", "zookeeper is empty"},
+        {"worker_id", "worker_id 32 is outside 0..31"},
+        {"datacenter_id", "datacenter_id 32 is outside 0..31"},
+        {"session_timeout_ms", "session_timeout_ms = 999 is outside 1000..600000"},
+        {"start_retries", "start_retries = 101 is outside 0..100"},
+        {"holder", "must start with \"embedded \""},
+        {"worker_id_path", "worker_id_path 'relative' is not a valid ZooKeeper path"},
+        {"epoch_ms", "epoch_ms 4102444800001 is outside 0..4102444800000"},
+        {"future epoch_ms", "is in the future"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sfz_options o;
+        sfz_error err;
+        sfz *h = NULL;
+        test_options(&o, zk.hosts, "/e-bad");
+        const char *f = cases[i].field;
+        if (strcmp(f, "zookeeper") == 0)
+            o.zookeeper = "";
+        else if (strcmp(f, "worker_id") == 0)
+            o.worker_id = 32;
+        else if (strcmp(f, "datacenter_id") == 0)
+            o.datacenter_id = 32;
+        else if (strcmp(f, "session_timeout_ms") == 0)
+            o.session_timeout_ms = 999;
+        else if (strcmp(f, "start_retries") == 0)
+            o.start_retries = 101;
+        else if (strcmp(f, "holder") == 0)
+            o.holder = "10.0.0.1:7609";
+        else if (strcmp(f, "worker_id_path") == 0)
+            o.worker_id_path = "relative";
+        else if (strcmp(f, "epoch_ms") == 0)
+            o.epoch_ms = SF_MAX_EPOCH_MS + 1;
+        else
+            o.epoch_ms = sf_clock_now_ms() + 60000;
+        int rc = sfz_start(&o, &h, &err);
+        sfz_stop(h); /* NULL unless the start wrongly succeeded */
+        ck_assert_msg(rc == SFZ_ERR_ARG && h == NULL, "%s: rc %d", f, rc);
+        ck_assert_msg(strstr(err.message, cases[i].needle) != NULL, "%s: \"%s\" does not say \"%s\"",
+                      f, err.message, cases[i].needle);
+    }
+}
+END_TEST
+
+/* A start claims the lowest free id and serves ids of it; the node says who holds it; the
+ * descriptor turns readable on the transition; a stop deletes the node at once and leaves
+ * the exact last timestamp for the next holder. */
+START_TEST(start_serves_and_stop_releases)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-start");
+    o.datacenter_id = 7;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    struct pollfd pfd = {sfz_state_fd(h), POLLIN, 0};
+    ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+    sfz_state st;
+    sfz_get_state(h, &st);
+    ck_assert_msg(st.serving && st.worker_id == 0, "serving %d as %" PRId64 ": %s", st.serving,
+                  st.worker_id, st.reason);
+    ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+    int64_t ids[1000], one;
+    ck_assert_msg(sfz_next_ids(h, ids, 1000, &err) == SFZ_OK, "%s", err.message);
+    for (int i = 1; i < 1000; i++)
+        ck_assert(ids[i] > ids[i - 1]);
+    ck_assert_msg(sfz_next_id(h, &one, &err) == SFZ_OK, "%s", err.message);
+    ck_assert(one > ids[999]);
+    ck_assert_int_eq(worker_of(one), 0);
+    ck_assert_int_eq((one >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID, 7);
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    char data[256];
+    ck_assert_int_eq(sf_test_zk_get(zh, "/e-start/0", data, sizeof data, NULL), ZOK);
+    char want[64];
+    snprintf(want, sizeof want, "embedded pid=%ld host=", (long)getpid());
+    ck_assert_msg(strncmp(data, want, strlen(want)) == 0 && strstr(data, " datacenter=7"),
+                  "node data \"%s\"", data);
+    ck_assert_int_eq(sfz_next_ids(h, ids, 0, &err), SFZ_ERR_ARG);
+    sfz_stop(h);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/e-start/0", data, sizeof data, NULL), ZNONODE);
+    ck_assert_int_eq(sf_test_zk_get(zh, "/e-start-state/0", data, sizeof data, NULL), ZOK);
+    char released[64];
+    snprintf(released, sizeof released, "released %" PRId64, timestamp_of(one));
+    ck_assert_msg(strcmp(data, released) == 0, "state \"%s\", last id at %" PRId64, data,
+                  timestamp_of(one));
+    zookeeper_close(zh);
+}
+END_TEST
+
+/* No server answers: the start tries start_retries more times, then fails saying so. */
+START_TEST(unreachable_zookeeper_fails_after_retries)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", sf_test_zk_free_port());
+    test_options(&o, hosts, "/e-unreachable");
+    o.session_timeout_ms = 1000;
+    o.start_retries = 1;
+    int64_t t0 = sf_test_boot_ms();
+    int rc = sfz_start(&o, &h, &err);
+    int64_t took = sf_test_boot_ms() - t0;
+    ck_assert_msg(rc == SFZ_ERR_UNREACHABLE && h == NULL, "rc %d: %s", rc, err.message);
+    ck_assert_msg(strstr(err.message, "tried 2 times") != NULL && strstr(err.message, hosts),
+                  "%s", err.message);
+    ck_assert_msg(took >= 2 * 5000, "gave up after %" PRId64 " ms: two tries of 5 s each", took);
+}
+END_TEST
+
+/* Fills path with 32 embedded holders of datacenter dc (ephemeral, of zh's session). */
+static void fill_slots(zhandle_t *zh, const char *path, int dc, int count)
+{
+    ck_assert_int_eq(zoo_create(zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    for (int i = 0; i < count; i++) {
+        char node[128], data[128];
+        snprintf(node, sizeof node, "%s/%d", path, i);
+        snprintf(data, sizeof data, "embedded pid=%d host=elsewhere datacenter=%d", 1000 + i, dc);
+        ck_assert_int_eq(zoo_create(zh, node, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL, NULL, 0), ZOK);
+    }
+}
+
+/* All 32 ids taken: the start fails naming the holders, rather than waiting for good. */
+START_TEST(all_slots_taken_fails)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    fill_slots(zh, "/e-full", 0, SF_MAX_WORKER_ID + 1);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-full");
+    int rc = sfz_start(&o, &h, &err);
+    zookeeper_close(zh);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM && h == NULL, "rc %d: %s", rc, err.message);
+    ck_assert_msg(strstr(err.message, "all 32 worker ids under /e-full are taken") != NULL, "%s",
+                  err.message);
+}
+END_TEST
+
+/* An embedded holder of another datacenter under the same path: the datacenter rule holds
+ * without querying it. */
+START_TEST(other_datacenter_holder_is_refused)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    fill_slots(zh, "/e-dc", 3, 1);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-dc");
+    o.datacenter_id = 4;
+    int rc = sfz_start(&o, &h, &err);
+    zookeeper_close(zh);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM, "rc %d: %s", rc, err.message);
+    ck_assert_msg(strstr(err.message, "datacenter id insanity") != NULL &&
+                  strstr(err.message, "datacenter id 3, ours is 4") != NULL, "%s", err.message);
+}
+END_TEST
+
+typedef struct run_job {
+    sfz *h;
+    int rc;
+    sfz_error err;
+} run_job;
+
+static void *run_thread(void *arg)
+{
+    run_job *job = arg;
+    job->rc = sfz_run(job->h, &job->err);
+    return NULL;
+}
+
+/* A start waiting for an unreachable ZooKeeper is stopped from another thread at once. */
+START_TEST(cancel_during_start)
+{
+    sfz_options o;
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", sf_test_zk_free_port());
+    test_options(&o, hosts, "/e-cancel");
+    o.start_retries = 100;
+    run_job job = {0};
+    ck_assert_msg(sfz_prepare(&o, &job.h, &job.err) == SFZ_OK, "%s", job.err.message);
+    pthread_t t;
+    pthread_create(&t, NULL, run_thread, &job);
+    sf_test_sleep_ms(300);
+    int64_t t0 = sf_test_boot_ms();
+    sfz_cancel(job.h);
+    pthread_join(t, NULL);
+    int64_t took = sf_test_boot_ms() - t0;
+    ck_assert_msg(job.rc == SFZ_ERR_STOPPED, "rc %d: %s", job.rc, job.err.message);
+    ck_assert_msg(took < 1000, "stopped %" PRId64 " ms after the cancel", took);
+    sfz_stop(job.h);
+}
+END_TEST
+
+/* ZooKeeper goes away under a serving handle: calls keep failing with SFZ_ERR_FENCED, never
+ * an id after the lease ran out; once ZooKeeper is back the handle serves again by itself,
+ * with ids above every earlier one. */
+START_TEST(keeps_refusing_while_fenced_then_serves_again)
+{
+    sf_test_zk own;
+    ck_assert_int_eq(sf_test_zk_start(&own), 0);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, own.hosts, "/e-fenced");
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    int64_t id = 0, last = 0;
+    ck_assert_msg(sfz_next_id(h, &last, &err) == SFZ_OK, "%s", err.message);
+    int64_t down_at = sf_test_boot_ms();
+    ck_assert_int_eq(sf_test_zk_stop(&own), 0);
+    int64_t last_ok_at = 0, fenced = 0;
+    for (int64_t end = down_at + 4000; sf_test_boot_ms() < end; sf_test_sleep_ms(1)) {
+        int rc = sfz_next_id(h, &id, &err);
+        if (rc == SFZ_OK) {
+            ck_assert_msg(fenced == 0, "id handed out after %" PRId64 " refusals", fenced);
+            ck_assert(id > last);
+            last = id;
+            last_ok_at = sf_test_boot_ms();
+        } else {
+            ck_assert_msg(rc == SFZ_ERR_FENCED, "rc %d: %s", rc, err.message);
+            ck_assert_msg(strncmp(err.message, "fenced: ", 8) == 0, "%s", err.message);
+            fenced++;
+        }
+    }
+    ck_assert_msg(fenced > 0, "never fenced with ZooKeeper down for 4 s");
+    ck_assert_msg(last_ok_at - down_at <= 2000 * 2 / 3, "an id %" PRId64 " ms after ZooKeeper "
+                  "went down, past the longest lease (2T/3)", last_ok_at - down_at);
+    sfz_state st;
+    sfz_get_state(h, &st);
+    ck_assert_msg(!st.serving && st.reason[0] != '\0', "state serving %d", st.serving);
+    ck_assert_int_eq(sf_test_zk_restart(&own), 0);
+    int rc = SFZ_ERR_FENCED;
+    for (int64_t end = sf_test_boot_ms() + 20000; rc != SFZ_OK && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(20))
+        rc = sfz_next_id(h, &id, &err);
+    ck_assert_msg(rc == SFZ_OK, "not serving 20 s after ZooKeeper came back: %s", err.message);
+    ck_assert(id > last);
+    sfz_stop(h);
+    sf_test_zk_destroy(&own);
+}
+END_TEST
+
+/* A child that starts a handle, says "r" when serving, then answers every byte it reads with
+ * the code of one sfz_next_id. Dies with the test. */
+static pid_t frozen_child_start(const char *hosts, int *to_child, int *from_child)
+{
+    int down[2], up[2];
+    ck_assert_int_eq(pipe(down), 0);
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(down[1]);
+        close(up[0]);
+        sfz_options o;
+        sfz_error err;
+        sfz *h;
+        test_options(&o, hosts, "/e-frozen");
+        if (sfz_start(&o, &h, &err) != SFZ_OK) {
+            fprintf(stderr, "child: %s\n", err.message);
+            _exit(1);
+        }
+        char c = 'r';
+        if (write(up[1], &c, 1) != 1)
+            _exit(1);
+        while (read(down[0], &c, 1) == 1) {
+            int64_t id;
+            int rc = sfz_next_id(h, &id, &err);
+            if (write(up[1], &rc, sizeof rc) != (ssize_t)sizeof rc)
+                break;
+        }
+        _exit(0);
+    }
+    close(down[0]);
+    close(up[1]);
+    *to_child = down[1];
+    *from_child = up[0];
+    return pid;
+}
+
+/* Asks the child for one id; returns its code. */
+static int child_next_id(int to, int from)
+{
+    char c = 'n';
+    int rc = 1;
+    ck_assert_int_eq(write(to, &c, 1), 1);
+    ck_assert_int_eq(read(from, &rc, sizeof rc), (ssize_t)sizeof rc);
+    return rc;
+}
+
+/* The whole process is frozen (SIGSTOP) past its session timeout: the first call after it
+ * wakes is refused, before any thread of its own could notice the session is gone. */
+START_TEST(frozen_past_the_session_refuses_on_waking)
+{
+    int to, from;
+    pid_t pid = frozen_child_start(zk.hosts, &to, &from);
+    char c = 0;
+    ck_assert_int_eq(read(from, &c, 1), 1);
+    ck_assert_int_eq(c, 'r');
+    ck_assert_int_eq(child_next_id(to, from), SFZ_OK);
+    kill(pid, SIGSTOP);
+    sf_test_sleep_ms(2000 + 1500);
+    kill(pid, SIGCONT);
+    int rc = child_next_id(to, from);
+    close(to);
+    close(from);
+    waitpid(pid, NULL, 0);
+    ck_assert_msg(rc == SFZ_ERR_FENCED, "an id (rc %d) handed out right after a 3.5 s freeze "
+                  "on a 2 s session", rc);
+}
+END_TEST
+
+static Suite *embedded_suite(void)
+{
+    Suite *s = suite_create("embedded");
+    TCase *tc = tcase_create("embedded");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, bad_options_name_the_option_and_range);
+    tcase_add_test(tc, start_serves_and_stop_releases);
+    tcase_add_test(tc, unreachable_zookeeper_fails_after_retries);
+    tcase_add_test(tc, all_slots_taken_fails);
+    tcase_add_test(tc, other_datacenter_holder_is_refused);
+    tcase_add_test(tc, cancel_during_start);
+    tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);
+    tcase_add_test(tc, frozen_past_the_session_refuses_on_waking);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return sf_test_registry_main("check_embedded", embedded_suite(), &zk);
+}
