@@ -157,5 +157,33 @@ expect "release with --auth-file deletes" "[ $rc -eq 0 ] && ! $T --path /secured
 $T --auth-file "$dir/missing" list >/dev/null 2>&1; rc=$?
 expect "a missing --auth-file is an error" "[ $rc -eq 2 ]"
 
+# An embedded holder (a program on libsnowflake-zk) serves no Thrift: the tools read what its
+# node says and never try to connect to it.
+$PY - "$hosts" <<'PY' || bad "seed embedded holders"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/embedded/4", b"embedded pid=4242 host=app1 datacenter=2", makepath=True)
+z.create("/embedded/8", b"embedded pid=77 host=app2 datacenter=2")
+z.stop()
+PY
+out=$($T --path /embedded inspect 4)
+expect "inspect names an embedded holder without querying it" \
+  "echo \"\$out\" | grep -q 'embedded, pid 4242 on host app1, datacenter_id=2 (not queried'"
+out=$($T --path /embedded --json stale)
+expect "embedded holders are not stale for not answering Thrift" "[ \"\$out\" = '[]' ]"
+$T --path /embedded check >/dev/null; rc=$?
+expect "check passes with embedded holders of one datacenter" "[ $rc -eq 0 ]"
+$PY - "$hosts" <<'PY' || bad "seed an embedded holder of another datacenter"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/embedded/9", b"embedded pid=78 host=app3 datacenter=5")
+z.stop()
+PY
+out=$($T --path /embedded check); rc=$?
+expect "check fails on embedded holders of two datacenters" \
+  "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'several datacenter ids'"
+
 echo "test_snowflake_zk: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
