@@ -85,7 +85,8 @@ typedef struct sf_registry_options {
     int64_t max_clock_skew_ms;      /* the peers' mean clock vs ours (default 10000) */
     int64_t max_clock_backward_wait_ms; /* with max_clock_skew_ms, bounds the wait for a floor */
     const char *auth;               /* "user:password" for digest auth + ACLs, or NULL */
-    sf_registry_peer_fn query_peer;
+    sf_registry_peer_fn query_peer; /* NULL: embedded holders' nodes are checked, no peer
+                                       is queried (the embedded library has no Thrift) */
     void *peer_ctx;
     sf_registry_state_fn on_state;
     void *state_ctx;
