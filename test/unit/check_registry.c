@@ -332,7 +332,7 @@ START_TEST(no_server_is_a_clear_error)
     sf_registry *r = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     int64_t id, floor;
-    ck_assert_int_eq(sf_registry_claim(r, &id, &floor, err, sizeof err), -1);
+    ck_assert_int_eq(sf_registry_claim(r, &id, &floor, err, sizeof err), SF_REGISTRY_UNREACHABLE);
     ck_assert_msg(strstr(err, "127.0.0.1:1") && strstr(err, "zookeeper.hosts"), "%s", err);
     sf_registry_close(r);
 }
