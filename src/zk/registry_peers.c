@@ -76,7 +76,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         return -1;
     }
     int result = 0;
-    int64_t sum = 0, count = 0;
+    int64_t sum = 0, count = 0, unqueried = 0;
     for (int i = 0; i < kids.count && result == 0; i++) {
         int64_t id;
         char path[SF_REG_PEERS_PATH_MAX], peer[SF_REG_PEERS_DATA_MAX], perr[SF_REGISTRY_ERR_MAX];
@@ -109,9 +109,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
             continue;
         }
         if (!p->query_peer) {
-            sf_reg_peers_log(p, "info", "peer %s (worker id %" PRId64 ") not queried: an "
-                             "embedded holder's checks cover only what the peers' nodes say",
-                             peer, id);
+            unqueried++;
             continue;
         }
         sf_reg_peers_log(p, "info", "checking peer %s (worker id %" PRId64 ")", peer, id);
@@ -169,6 +167,10 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         }
     }
     deallocate_String_vector(&kids);
+    if (unqueried > 0)
+        sf_reg_peers_log(p, "info", "%" PRId64 " peers under %s not queried: an embedded "
+                         "holder checks only what the peers' nodes say", unqueried,
+                         p->worker_id_path);
     if (result == 0 && count > 0) {
         int64_t mean = sum / count, now = sf_clock_now_ms();
         int64_t diff = now > mean ? now - mean : mean - now;
