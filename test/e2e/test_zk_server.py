@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """test_zk_server.py -- snowflaked registered in a real ZooKeeper, end to end: static
 and automatic claims, conflicts, exhaustion, the peer sanity checks, fencing, restart
-safety, the lease (a frozen node), SIGTERM, and snowflake-zk against live holders. One ZooKeeper server serves
+safety, the lease (a frozen node), SIGTERM, snowflake-zk against live holders, and a fleet
+mixing daemons with an embedded holder (libsnowflake-zk). One ZooKeeper server serves
 every check; each check uses its own worker_id_path. Every process is stopped however
 the test ends."""
 import json
@@ -377,6 +378,47 @@ def ops_tool_against_live_holders():
         s.stop()
 
 
+def mixed_fleet_with_embedded_holder():
+    """A program on libsnowflake-zk (test/tools/chaos_embedded) and daemons share one
+    worker_id_path: the automatic claim skips the embedded holder's id, a daemon's peer
+    check reads the embedded holder's datacenter from its node (a mismatch stops it),
+    snowflake-zk check passes and inspect names the holder; a SIGTERM releases its id."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as out:
+        prog = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "chaos_embedded")
+        log = open(os.path.join(out, "embedded.log"), "w")
+        e = subprocess.Popen([prog, out, "e1", ZK.hosts, "/mixed", "auto", "2", str(SESSION_MS),
+                              "0", "10000", "500"], stdout=log, stderr=log)
+        try:
+            state = os.path.join(out, "state-e1")
+            sftest.wait_until(lambda: os.path.exists(state) and
+                              open(state).read().startswith("serving 0"), 15,
+                              "the embedded holder serving as worker id 0")
+            c = zk_server("/mixed", worker_id="auto", datacenter_id=3).start()
+            refused(c, "datacenter id insanity: /mixed/0 (embedded pid=%d" % e.pid)
+            a = zk_server("/mixed", worker_id=1).start()
+            serving(a)
+            b = zk_server("/mixed", worker_id="auto").start()
+            assert serving(b) == 2, b.log()
+            rc, out_check = zk_tool("--path", "/mixed", "check")
+            assert rc == 0, out_check
+            rc, out_inspect = zk_tool("--path", "/mixed", "inspect", "0")
+            assert rc == 0 and "embedded, pid %d" % e.pid in out_inspect, out_inspect
+            e.send_signal(signal.SIGTERM)
+            assert e.wait(15) == 0, open(os.path.join(out, "embedded.log")).read()
+            rc, out_list = zk_tool("--path", "/mixed", "list")
+            assert rc == 0 and "embedded" not in out_list, out_list
+            ids = [f for f in os.listdir(out) if f.endswith(".ids")]
+            assert ids and os.path.getsize(os.path.join(out, ids[0])) > 0, ids
+            for s in (a, b):
+                s.stop()
+        finally:
+            if e.poll() is None:
+                e.kill()
+                e.wait()
+            log.close()
+
+
 def ops_tool_finds_split_worker_ids():
     """Two nodes of one datacenter registered apart, one through a chroot in its hosts: each
     may hold the same worker id as the other. snowflake-zk check finds the other path from
@@ -521,6 +563,7 @@ def main():
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
     r.run(ops_tool_finds_split_worker_ids)
+    r.run(mixed_fleet_with_embedded_holder)
     r.run(fencing_and_reregistration)
     r.run(frozen_node_closes_queued_request)
     r.run(frozen_node_refuses_queued_request, True)

@@ -10,8 +10,8 @@
  * OUT_DIR/state-LABEL ("serving" or "fenced: why"), which the harness reads as a daemon's
  * /health. SIGTERM stops it cleanly (sfz_stop: the last timestamp recorded, the id released).
  *
- * Usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER|auto DATACENTER SESSION_TIMEOUT_MS
- *        CLAIM_RETRIES CLAIM_RETRY_WAIT_MS STATE_INTERVAL_MS
+ * Usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER_ID_PATH WORKER|auto DATACENTER
+ *        SESSION_TIMEOUT_MS CLAIM_RETRIES CLAIM_RETRY_WAIT_MS STATE_INTERVAL_MS
  * Prints "chaos_embedded: ids=N fenced=N clock_errors=N" at the end. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -70,21 +70,23 @@ static int parse_int(const char *s, const char *what, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    if (argc != 10) {
-        fprintf(stderr, "usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER|auto DATACENTER "
-                        "SESSION_TIMEOUT_MS CLAIM_RETRIES CLAIM_RETRY_WAIT_MS STATE_INTERVAL_MS\n");
+    if (argc != 11) {
+        fprintf(stderr, "usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER_ID_PATH WORKER|auto "
+                        "DATACENTER SESSION_TIMEOUT_MS CLAIM_RETRIES CLAIM_RETRY_WAIT_MS "
+                        "STATE_INTERVAL_MS\n");
         return 2;
     }
     const char *dir = argv[1], *label = argv[2];
     sfz_options o;
     sfz_options_init(&o);
     o.zookeeper = argv[3];
-    o.worker_id = strcmp(argv[4], "auto") == 0 ? -1 : parse_int(argv[4], "WORKER", 0, 31);
-    o.datacenter_id = parse_int(argv[5], "DATACENTER", 0, 31);
-    o.session_timeout_ms = parse_int(argv[6], "SESSION_TIMEOUT_MS", 1000, 600000);
-    o.claim_retries = parse_int(argv[7], "CLAIM_RETRIES", 0, 100);
-    o.claim_retry_wait_ms = parse_int(argv[8], "CLAIM_RETRY_WAIT_MS", 0, 600000);
-    o.state_interval_ms = parse_int(argv[9], "STATE_INTERVAL_MS", 100, 60000);
+    o.worker_id_path = argv[4];
+    o.worker_id = strcmp(argv[5], "auto") == 0 ? -1 : parse_int(argv[5], "WORKER", 0, 31);
+    o.datacenter_id = parse_int(argv[6], "DATACENTER", 0, 31);
+    o.session_timeout_ms = parse_int(argv[7], "SESSION_TIMEOUT_MS", 1000, 600000);
+    o.claim_retries = parse_int(argv[8], "CLAIM_RETRIES", 0, 100);
+    o.claim_retry_wait_ms = parse_int(argv[9], "CLAIM_RETRY_WAIT_MS", 0, 600000);
+    o.state_interval_ms = parse_int(argv[10], "STATE_INTERVAL_MS", 100, 60000);
     o.start_retries = 100; /* the ensemble may be down when a restart comes */
     o.on_state = on_state;
     snprintf(state_path, sizeof state_path, "%s/state-%s", dir, label);
