@@ -33,7 +33,8 @@ struct _SfHandler {
     int max_batch_size;
     int max_useragent_length;
     sf_agents *agents;      /* ids per agent, bounded by max_tracked_useragents */
-    sf_fence *fence;        /* the worker and the gate the registry publishes */
+    sf_fence *fence;        /* the worker and the gate published (standalone, tests) */
+    _Atomic(sfz *) zk;      /* registered: ids come from here instead (set once) */
     sf_handler_stripe *stripes;
     sf_handler_audit_fn audit; /* told of every id handed out; set before serving */
     void *audit_ctx;
@@ -119,22 +120,36 @@ static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, cha
 static sf_handler_outcome sf_handler_make_ids(SfHandler *h, int64_t *ids, size_t count,
                                               char **message)
 {
-    sf_error err;
-    char why[SF_FENCE_REASON_MAX];
-    int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &err);
-    if (G_LIKELY(rc == SF_OK))
-        return SF_HANDLER_OK;
+    sfz_error err;
+    size_t discarded = 0;
+    int rc;
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    if (zk != NULL) {
+        rc = sfz_next_ids(zk, ids, count, &err);
+        if (G_LIKELY(rc == SFZ_OK))
+            return SF_HANDLER_OK;
+        discarded = rc == SFZ_ERR_FENCED ? err.discarded : 0;
+    } else {
+        sf_error e;
+        rc = sf_fence_next_ids(h->fence, ids, count, err.message, sizeof err.message, &e);
+        if (G_LIKELY(rc == SF_OK))
+            return SF_HANDLER_OK;
+        if (rc == SF_FENCE_DISCARDED) /* made, then fenced: never handed out */
+            discarded = count;
+        if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED)
+            rc = SFZ_ERR_FENCED;
+        else
+            g_strlcpy(err.message, e.message, sizeof err.message);
+    }
     sf_handler_stripe *s = sf_handler_my_stripe(h);
-    if (rc != SF_FENCE_CLOSED && rc != SF_FENCE_DISCARDED) {
-        *message = g_strdup(err.message);
+    *message = g_strdup(err.message);
+    if (rc != SFZ_ERR_FENCED) {
         atomic_fetch_add_explicit(&s->clock_errors, 1, memory_order_relaxed);
         return SF_HANDLER_INVALID_SYSTEM_CLOCK;
     }
-    if (rc == SF_FENCE_DISCARDED) /* made, then fenced: never handed out */
-        atomic_fetch_add_explicit(&s->ids_discarded, count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ids_discarded, discarded, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->unavailable_errors, 1, memory_order_relaxed);
     sf_handler_refused_here = TRUE;
-    *message = g_strdup(why);
     return SF_HANDLER_SERVICE_UNAVAILABLE;
 }
 
@@ -176,14 +191,31 @@ static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent,
     return SF_HANDLER_OK;
 }
 
-/* get_worker_id and get_datacenter_id: a field of the worker in use, -1 while none is
- * held, timed as method m. */
+/* get_worker_id and get_datacenter_id (m): a field of the worker in use, -1 while none is
+ * held. */
+static int64_t sf_handler_worker_value(SfHandler *h, sf_handler_method m,
+                                       int64_t (*field)(const sf_worker *))
+{
+    int64_t id = -1;
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    if (zk != NULL) {
+        sfz_state st;
+        sfz_get_state(zk, &st);
+        if (st.worker_id >= 0)
+            id = m == SF_HANDLER_GET_WORKER_ID ? st.worker_id : st.datacenter_id;
+    } else {
+        sf_worker *w = sf_fence_worker(h->fence);
+        id = w != NULL ? field(w) : -1;
+    }
+    return id;
+}
+
+/* The same, timed as method m. */
 static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m,
                                        int64_t (*field)(const sf_worker *))
 {
     uint64_t t0 = sf_clocks_mono_ns();
-    sf_worker *w = sf_fence_worker(h->fence);
-    int64_t id = w != NULL ? field(w) : -1;
+    int64_t id = sf_handler_worker_value(h, m, field);
     sf_handler_time(h, m, t0);
     return id;
 }
@@ -248,7 +280,11 @@ void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
 
 void sf_handler_close(SfHandler *h, const char *reason)
 {
-    sf_fence_close(h->fence, reason);
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    if (zk != NULL)
+        sfz_shut(zk, reason); /* for good: the registration must not reopen it */
+    else
+        sf_fence_close(h->fence, reason);
 }
 
 void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
@@ -262,10 +298,24 @@ sf_worker *sf_handler_current_worker(SfHandler *h)
     return sf_fence_worker(h->fence);
 }
 
+void sf_handler_use_registration(SfHandler *h, sfz *zk)
+{
+    atomic_store_explicit(&h->zk, zk, memory_order_release);
+}
+
 gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
     char why[SF_FENCE_REASON_MAX];
-    gboolean refused = sf_fence_refusal(h->fence, why, sizeof why);
+    gboolean refused;
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    if (zk != NULL) {
+        sfz_state st;
+        sfz_get_state(zk, &st);
+        refused = !st.serving;
+        g_strlcpy(why, st.reason, sizeof why);
+    } else {
+        refused = sf_fence_refusal(h->fence, why, sizeof why);
+    }
     if (reason != NULL)
         *reason = refused ? g_strdup(why) : NULL;
     return !refused;
@@ -288,17 +338,20 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
     out->ids_generated_other_agents = as.other_ids;
     out->exceptions = out->invalid_agent_errors + out->invalid_request_errors +
                       out->unavailable_errors + out->clock_errors;
-    sf_worker *w = sf_handler_current_worker(h);
-    out->worker_id = w != NULL ? sf_worker_worker_id(w) : -1;
-    out->datacenter_id = w != NULL ? sf_worker_datacenter_id(w) : -1;
+    out->worker_id = sf_handler_worker_value(h, SF_HANDLER_GET_WORKER_ID, sf_worker_worker_id);
+    out->datacenter_id = sf_handler_worker_value(h, SF_HANDLER_GET_DATACENTER_ID,
+                                                 sf_worker_datacenter_id);
     out->serving = sf_handler_is_serving(h, NULL);
-    if (w != NULL) {
-        sf_worker_stats ws;
+    sf_worker_stats ws = {0};
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    sf_worker *w = zk != NULL ? NULL : sf_handler_current_worker(h);
+    if (zk != NULL)
+        sfz_get_stats(zk, &ws);
+    else if (w != NULL)
         sf_worker_get_stats(w, &ws);
-        out->sequence_waits = ws.sequence_waits;
-        out->clock_backward_waits = ws.clock_backward_waits;
-        out->clock_backward_errors = ws.clock_backward_errors;
-    }
+    out->sequence_waits = ws.sequence_waits;
+    out->clock_backward_waits = ws.clock_backward_waits;
+    out->clock_backward_errors = ws.clock_backward_errors;
 }
 
 void sf_handler_foreach_timing(SfHandler *h, sf_handler_timing_fn fn, void *ctx)
@@ -334,6 +387,7 @@ static void sf_handler_init(SfHandler *h)
 {
     h->max_batch_size = 1;
     h->max_useragent_length = 255;
+    atomic_init(&h->zk, NULL);
     h->fence = sf_fence_new();
     if (h->fence == NULL)
         g_error("out of memory allocating the handler's fence");

@@ -9,6 +9,7 @@
 #include "latency.h"
 #include "lib/snowflake.h"
 #include "sf_thrift_snowflake.h"
+#include "zk/snowflake_zk.h"
 
 G_BEGIN_DECLS
 
@@ -74,7 +75,8 @@ void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
                         const char *reason);
 
 /* Closes the gate, keeping the worker (get_worker_id still answers it); get_id and
- * get_ids throw ServiceUnavailable carrying reason (copied). */
+ * get_ids throw ServiceUnavailable carrying reason (copied). Once a registration is used,
+ * for good (sfz_shut): the daemon closes it only to stop. */
 void sf_handler_close(SfHandler *h, const char *reason);
 
 /* Extends the lease and the reservation of what is published (a renewal): the epoch
@@ -84,6 +86,11 @@ void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
 
 /* The worker published now, or NULL; it stays valid while the handler lives. */
 sf_worker *sf_handler_current_worker(SfHandler *h);
+
+/* From now on ids come from zk, a registration in ZooKeeper (libsnowflake-zk), which fences
+ * them by its own lease; what was published is no longer used. zk must outlive every
+ * request: call before requests arrive, and stop zk only after the server stopped. */
+void sf_handler_use_registration(SfHandler *h, sfz *zk);
 
 /* TRUE when ids are being handed out; otherwise, when reason is non-NULL,
  * *reason receives a newly allocated explanation (free with g_free). */

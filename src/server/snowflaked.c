@@ -20,8 +20,8 @@
 #include "metrics.h"
 #include "notify.h"
 #include "rpc/peer.h"
-#include "zk/registry.h"
 #include "server.h"
+#include "zk/snowflake_zk.h"
 #include "rpc/thrift_fix.h"
 #include "lib/snowflake.h"
 
@@ -38,14 +38,9 @@ typedef struct sf_daemon {
     sf_server *server;
     sf_admin *admin;
     sf_audit *audit;         /* NULL when [audit] sink = none */
-    sf_registry *registry;   /* NULL when standalone */
+    sfz *zk;                 /* the registration in ZooKeeper; NULL when standalone */
     int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
-    /* One worker per worker id ever held (owned by the handler), so that a node fenced
-     * and claiming again many times keeps at most 32 workers; the registry's thread alone
-     * fills it after start-up. */
-    sf_worker *workers[SF_MAX_WORKER_ID + 1];
-    GMutex stop_lock;        /* guards stopping and registry while starting up */
-    GCond stop_cond;
+    GMutex stop_lock;        /* guards stopping and zk while starting up */
     gboolean stopping;       /* SIGTERM or SIGINT seen: never open the gate again */
     int signal_fd;
 } sf_daemon;
@@ -213,17 +208,15 @@ static gboolean sf_daemon_listen(sf_daemon *d)
     return TRUE;
 }
 
-/* The worker for worker_id with the configured datacenter, epoch and clock options: the
- * one made when this id was last held, or a new one. NULL after logging why. */
-static sf_worker *sf_daemon_worker_for(sf_daemon *d, int64_t worker_id)
+/* The worker for the configured (static) worker id, datacenter, epoch and clock options.
+ * NULL after logging why. */
+static sf_worker *sf_daemon_static_worker(sf_daemon *d)
 {
-    if (d->workers[worker_id] != NULL)
-        return d->workers[worker_id];
     sf_worker_options wo;
     sf_error err;
     sf_worker_options_init(&wo);
     wo.datacenter_id = d->cfg.datacenter_id;
-    wo.worker_id = worker_id;
+    wo.worker_id = d->cfg.worker_id;
     wo.epoch_ms = d->cfg.epoch_ms;
     wo.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
     wo.random_first_sequence = d->cfg.random_first_sequence;
@@ -236,16 +229,7 @@ static sf_worker *sf_daemon_worker_for(sf_daemon *d, int64_t worker_id)
               "%d, sequence bits %d, workerid %" G_GINT64_FORMAT ", datacenterid %" G_GINT64_FORMAT,
               SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS, SF_WORKER_ID_BITS, SF_SEQUENCE_BITS,
               sf_worker_worker_id(w), sf_worker_datacenter_id(w));
-    d->workers[worker_id] = w;
     return w;
-}
-
-/* The registry records this as the held id's last timestamp (restart safety). */
-static int64_t sf_daemon_last_timestamp(void *ctx)
-{
-    sf_daemon *d = ctx;
-    sf_worker *w = sf_handler_current_worker(d->handler);
-    return w != NULL ? sf_worker_last_timestamp(w) : -1;
 }
 
 /* TRUE once SIGTERM or SIGINT was seen. */
@@ -269,42 +253,23 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
         g_message("%s", message);
 }
 
-/* Closes the gate with reason at once (the registry said stop: nothing may delay it),
- * then, when the port follows the gate, the port: connects are refused and open
- * connections closed unanswered (a refusal made meanwhile is withheld, see
- * sf_daemon_withhold_replies). */
-static void sf_daemon_close_gate(sf_daemon *d, const char *reason)
-{
-    sf_handler_close(d->handler, reason);
-    if (sf_daemon_port_follows_gate(d))
-        sf_server_set_listening(d->server, false);
-}
-
-/* The gate follows the registry: serving publishes, in one step, the worker for the id
- * held (its floor applied first), the open gate and the lease that came with the claim;
- * not serving closes the gate with the reason, which get_id and /health report. Runs on
- * the registry's thread; once stopping, the gate never opens again. */
-static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64_t floor_ms,
-                               int64_t valid_until_boot_ms, int64_t reserved_until_ms,
-                               const char *reason)
+/* The port follows the registration: the registration has already shut its fence when it
+ * says it does not serve (nothing may delay that), so this only closes the port (connects
+ * refused, open connections closed unanswered: a refusal made meanwhile is withheld, see
+ * sf_daemon_withhold_replies), or opens it once serving. Runs on the registration's thread;
+ * once stopping, the port never opens again. */
+static void sf_daemon_on_state(void *ctx, const sfz_state *st)
 {
     sf_daemon *d = ctx;
-    if (!serving) {
-        sf_daemon_close_gate(d, reason);
-        g_warning("fenced: refusing ids: %s", reason);
-        sf_notify_status("fenced: %s", reason);
+    if (!st->serving) {
+        if (sf_daemon_port_follows_gate(d))
+            sf_server_set_listening(d->server, false);
+        g_warning("fenced: refusing ids: %s", st->reason);
+        sf_notify_status("fenced: %s", st->reason);
         return;
     }
-    sf_worker *w = sf_daemon_worker_for(d, worker_id);
-    if (w == NULL) {
-        sf_daemon_close_gate(d, "cannot create the id worker");
-        return;
-    }
-    if (floor_ms >= 0)
-        sf_worker_advance_last_timestamp(w, floor_ms);
     g_mutex_lock(&d->stop_lock);
     if (!d->stopping) {
-        sf_handler_publish(d->handler, w, TRUE, valid_until_boot_ms, reserved_until_ms, NULL);
         if (sf_daemon_port_follows_gate(d)) {
             sf_server_set_listening(d->server, true);
             /* Announce only what a client can use: tooling connects on this line. */
@@ -312,20 +277,11 @@ static void sf_daemon_on_state(void *ctx, bool serving, int64_t worker_id, int64
                 g_warning("port %d does not accept connections yet (retrying); ids are "
                           "served once it does", sf_server_port(d->server));
         }
-        g_message("serving ids as worker id %" G_GINT64_FORMAT " (%s)", worker_id,
-                  reason != NULL ? reason : "registered");
-        sf_notify_status("serving as worker id %" G_GINT64_FORMAT, worker_id);
+        g_message("serving ids as worker id %" G_GINT64_FORMAT, (gint64)st->worker_id);
+        sf_notify_status("serving as worker id %" G_GINT64_FORMAT, (gint64)st->worker_id);
         sf_notify_ready();
     }
     g_mutex_unlock(&d->stop_lock);
-}
-
-/* The lease follows the registry's renewals: ids stop when it runs out, even if the
- * registry's thread has not fenced yet (the whole process was frozen). */
-static void sf_daemon_on_lease(void *ctx, int64_t valid_until_boot_ms, int64_t reserved_until_ms)
-{
-    sf_daemon *d = ctx;
-    sf_handler_renew_lease(d->handler, valid_until_boot_ms, reserved_until_ms);
 }
 
 /* The node data peers and tools use to reach us: the bound address, or the host name
@@ -337,66 +293,59 @@ static char *sf_daemon_host_port(sf_daemon *d)
     return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
 }
 
-/* Connects to ZooKeeper, checks the peers and claims a worker id (waiting out the
- * timestamp recorded for it), then waits startup_sleep_ms and lets the registry's thread
- * drive the gate. False after logging why: start-up must stop. */
+/* Registers through libsnowflake-zk, as any program embedding it would: connects to
+ * ZooKeeper, checks the peers (over Thrift, sf_peer_query), claims a worker id (waiting out
+ * the timestamp recorded for it), waits startup_sleep_ms, and lets the registration drive
+ * the port. False after logging why: start-up must stop. */
 static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
 {
-    char err[SF_REGISTRY_ERR_MAX];
+    const sf_registry_options *ro = &d->cfg.registry; /* the settings */
     char *host_port = sf_daemon_host_port(d);
-    sf_registry_options ro = d->cfg.registry; /* the settings; the rest is this node's */
-    ro.worker_id = d->cfg.worker_id_auto ? -1 : d->cfg.worker_id;
-    ro.datacenter_id = d->cfg.datacenter_id;
-    ro.host_port = host_port;
-    ro.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
+    sfz_options o;
+    sfz_error err;
+    sfz_options_init(&o);
+    o.zookeeper = ro->hosts;
+    o.auth = ro->auth;
+    o.worker_id_path = ro->worker_id_path;
+    o.worker_id = d->cfg.worker_id_auto ? -1 : d->cfg.worker_id;
+    o.datacenter_id = d->cfg.datacenter_id;
+    o.epoch_ms = d->cfg.epoch_ms;
+    o.max_clock_backward_wait_ms = d->cfg.max_clock_backward_wait_ms;
+    o.random_first_sequence = d->cfg.random_first_sequence;
+    o.holder = host_port;
     d->peer_timeout_ms = SF_PEER_TIMEOUT_MS;
-    ro.query_peer = sf_peer_query;
-    ro.peer_ctx = &d->peer_timeout_ms;
-    ro.on_state = sf_daemon_on_state;
-    ro.state_ctx = d;
-    ro.on_lease = sf_daemon_on_lease;
-    ro.lease_ctx = d;
-    ro.last_timestamp = sf_daemon_last_timestamp;
-    ro.last_ts_ctx = d;
-    ro.log = sf_daemon_registry_log;
-    g_message("registering as %s under %s in ZooKeeper %s", host_port, ro.worker_id_path,
-              ro.hosts);
-    sf_registry *r = sf_registry_new(&ro, err, sizeof err);
+    o.query_peer = sf_peer_query;
+    o.peer_ctx = &d->peer_timeout_ms;
+    o.skip_sanity_checks = ro->skip_sanity_checks;
+    o.skip_unreachable_peers = ro->skip_unreachable_peers;
+    o.session_timeout_ms = ro->session_timeout_ms;
+    o.claim_retries = ro->claim_retries;
+    o.claim_retry_wait_ms = ro->claim_retry_wait_ms;
+    o.state_interval_ms = ro->state_interval_ms;
+    o.startup_sleep_ms = (int)d->cfg.startup_sleep_ms;
+    o.start_retries = 0; /* an operator's supervisor restarts us; say at once what is wrong */
+    o.on_state = sf_daemon_on_state;
+    o.state_ctx = d;
+    o.log = sf_daemon_registry_log;
+    g_message("registering as %s under %s in ZooKeeper %s", host_port, o.worker_id_path,
+              o.zookeeper);
+    sfz *zk;
+    int rc = sfz_prepare(&o, &zk, &err);
     g_free(host_port);
-    if (r == NULL) {
-        g_critical("cannot register in ZooKeeper: %s", err);
+    if (rc != SFZ_OK) {
+        g_critical("cannot register in ZooKeeper: %s", err.message);
         return FALSE;
     }
     g_mutex_lock(&d->stop_lock);
-    d->registry = r;
+    d->zk = zk;
     gboolean stopping = d->stopping;
     g_mutex_unlock(&d->stop_lock);
-    int64_t worker_id = -1, floor_ms = -1;
-    if (stopping || sf_registry_claim(r, &worker_id, &floor_ms, err, sizeof err) != 0) {
+    sf_handler_use_registration(d->handler, zk);
+    if (stopping)
+        return FALSE;
+    if (sfz_run(zk, &err) != SFZ_OK) {
         if (!sf_daemon_stopping(d))
-            g_critical("cannot claim a worker id: %s", err);
-        return FALSE;
-    }
-    /* Peers starting now ask for our id as soon as our node exists. */
-    sf_worker *w = sf_daemon_worker_for(d, worker_id);
-    if (w == NULL)
-        return FALSE;
-    if (floor_ms >= 0)
-        sf_worker_advance_last_timestamp(w, floor_ms);
-    sf_handler_publish(d->handler, w, FALSE, 0, 0, "starting: waiting startup_sleep_ms");
-    if (d->cfg.startup_sleep_ms > 0) {
-        g_message("waiting startup_sleep_ms = %" G_GINT64_FORMAT " ms before serving",
-                  d->cfg.startup_sleep_ms);
-        gint64 until = g_get_monotonic_time() + d->cfg.startup_sleep_ms * 1000;
-        g_mutex_lock(&d->stop_lock);
-        while (!d->stopping && g_cond_wait_until(&d->stop_cond, &d->stop_lock, until)) {
-        }
-        g_mutex_unlock(&d->stop_lock);
-    }
-    if (sf_daemon_stopping(d))
-        return FALSE;
-    if (sf_registry_watch(r, err, sizeof err) != 0) {
-        g_critical("%s", err);
+            g_critical("cannot claim a worker id: %s", err.message);
         return FALSE;
     }
     return TRUE;
@@ -406,7 +355,7 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
  * moment the port is bound. */
 static gboolean sf_daemon_use_static_id(sf_daemon *d)
 {
-    sf_worker *w = sf_daemon_worker_for(d, d->cfg.worker_id);
+    sf_worker *w = sf_daemon_static_worker(d);
     if (w == NULL)
         return FALSE;
     sf_handler_publish(d->handler, w, TRUE, 0, 0, NULL);
@@ -419,11 +368,10 @@ static void sf_daemon_request_stop(sf_daemon *d)
 {
     g_mutex_lock(&d->stop_lock);
     d->stopping = TRUE;
-    g_cond_broadcast(&d->stop_cond);
-    sf_registry *r = d->registry;
+    sfz *zk = d->zk;
     g_mutex_unlock(&d->stop_lock);
-    if (r != NULL)
-        sf_registry_cancel(r);
+    if (zk != NULL)
+        sfz_cancel(zk);
 }
 
 /* Reads one signal from the signalfd: TRUE (after logging it) when it was SIGTERM or SIGINT. */
@@ -476,7 +424,7 @@ static gpointer sf_daemon_start_up_thread(gpointer data)
 /* Registers in ZooKeeper (claim, floor wait, startup_sleep_ms: seconds to minutes) on a
  * thread of its own while this one watches for SIGTERM and SIGINT, so a stop asked for
  * during start-up is honoured at once and leaves no worker node behind. TRUE once the
- * registry drives the gate; FALSE when start-up failed or was stopped (d->stopping). */
+ * registration drives the port; FALSE when start-up failed or was stopped (d->stopping). */
 static gboolean sf_daemon_start_up_registered(sf_daemon *d)
 {
     sf_daemon_start_up su = {.d = d, .ok = FALSE};
@@ -509,10 +457,10 @@ static void sf_daemon_shutdown(sf_daemon *d)
         sf_server_get_stats(d->server, &ss);
         g_message("stopped after %" G_GUINT64_FORMAT " requests", ss.frames_processed);
     }
-    if (d->registry != NULL) {
+    if (d->zk != NULL) {
         /* Records the last timestamp and ends the session: our node goes at once. */
-        sf_registry_close(d->registry);
-        d->registry = NULL;
+        sfz_stop(d->zk);
+        d->zk = NULL;
     }
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
     sf_admin_stop(d->admin); /* first: its requests read the audit log's counters */
@@ -524,7 +472,6 @@ static void sf_daemon_shutdown(sf_daemon *d)
         g_object_unref(d->handler);
     if (d->signal_fd >= 0)
         close(d->signal_fd);
-    g_cond_clear(&d->stop_cond);
     g_mutex_clear(&d->stop_lock);
     sf_config_clear(&d->cfg);
 }
@@ -549,9 +496,8 @@ int main(int argc, char **argv)
     sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
     sf_thrift_fix_transport();
-    sf_registry_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
+    sfz_set_client_logging(strcmp(d.cfg.log_level, "debug") == 0);
     g_mutex_init(&d.stop_lock);
-    g_cond_init(&d.stop_cond);
     int status = 1;
     /* With ZooKeeper: listen first, so peers starting now can check us, then register. */
     gboolean registered = d.cfg.registry.hosts[0] != '\0';

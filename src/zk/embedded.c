@@ -24,6 +24,10 @@
 #include "registry.h"
 
 #define SFZ_HOLDER_MAX 256
+
+/* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
+ * and "nothing listens" is 1 in both. */
+_Static_assert(SF_REGISTRY_PEER_REFUSED == 1, "sfz_peer_fn's refused code is the registry's");
 #define SFZ_RETRY_WAIT_CAP_MS 30000
 
 struct sfz {
@@ -35,6 +39,7 @@ struct sfz {
     pthread_cond_t wake;         /* a cancel during a retry wait */
     sf_registry *registry;
     bool cancelled;
+    bool shut;                   /* sfz_shut: the fence never opens again */
     sfz_state state;
     int event_fd;                /* readable after a transition, until sfz_get_state */
 };
@@ -47,10 +52,16 @@ static int sfz_fail(sfz_error *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         err->code = code;
         err->behind_ms = 0;
+        err->discarded = 0;
         vsnprintf(err->message, sizeof err->message, fmt, ap);
         va_end(ap);
     }
     return code;
+}
+
+void sfz_set_client_logging(bool verbose)
+{
+    sf_registry_set_client_logging(verbose);
 }
 
 void sfz_options_init(sfz_options *opts)
@@ -73,6 +84,24 @@ static void sfz_worker_options(const sfz_options *opts, int64_t worker_id, sf_wo
     wo->epoch_ms = opts->epoch_ms;
     wo->max_clock_backward_wait_ms = opts->max_clock_backward_wait_ms;
     wo->random_first_sequence = opts->random_first_sequence;
+}
+
+/* True when holder describes an embedded holder, or is host:port with a port 1..65535
+ * (peers then query it over Thrift), in fewer than SFZ_HOLDER_MAX bytes. */
+static bool sfz_holder_valid(const char *holder)
+{
+    size_t n = strlen(holder);
+    if (n == 0 || n >= SFZ_HOLDER_MAX)
+        return false;
+    if (strncmp(holder, SF_ZKPATH_EMBEDDED_PREFIX, strlen(SF_ZKPATH_EMBEDDED_PREFIX)) == 0)
+        return true;
+    const char *colon = strrchr(holder, ':');
+    if (colon == NULL || colon == holder || colon[1] == '\0')
+        return false;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    return errno == 0 && *end == '\0' && port >= 1 && port <= 65535;
 }
 
 int sfz_options_check(const sfz_options *opts, sfz_error *err)
@@ -101,12 +130,10 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err)
                         (long long)SF_TWITTER_EPOCH_MS);
     if (!sf_registry_auth_valid(opts->auth))
         return sfz_fail(err, SFZ_ERR_ARG, "auth must be user:password");
-    if (opts->holder != NULL &&
-        (strncmp(opts->holder, SF_ZKPATH_EMBEDDED_PREFIX, strlen(SF_ZKPATH_EMBEDDED_PREFIX)) != 0 ||
-         strlen(opts->holder) >= SFZ_HOLDER_MAX))
-        return sfz_fail(err, SFZ_ERR_ARG, "holder '%.64s' must start with \"%s\" and be shorter "
-                        "than %d bytes (peers must not query an embedded holder)", opts->holder,
-                        SF_ZKPATH_EMBEDDED_PREFIX, SFZ_HOLDER_MAX);
+    if (opts->holder != NULL && !sfz_holder_valid(opts->holder))
+        return sfz_fail(err, SFZ_ERR_ARG, "holder '%.64s' is neither \"%s...\" nor the "
+                        "host:port where this program serves Thrift (at most %d bytes)",
+                        opts->holder, SF_ZKPATH_EMBEDDED_PREFIX, SFZ_HOLDER_MAX - 1);
 #define SFZ_CHECK(field, lo, hi, dflt) \
     if (!sf_option_in_range("", #field, opts->field, (lo), (hi), msg, sizeof msg)) \
         return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
@@ -143,6 +170,11 @@ static sf_worker *sfz_worker_for(sfz *h, int64_t id, sf_error *err)
         sf_worker_options wo;
         sfz_worker_options(&h->o, id, &wo);
         h->workers[id] = sf_worker_new(&wo, err);
+        if (h->workers[id] != NULL) /* the original's line, which operators grep for */
+            sfz_log_line(h, "info", "worker starting. timestamp left shift %d, datacenter id "
+                         "bits %d, worker id bits %d, sequence bits %d, workerid %" PRId64
+                         ", datacenterid %" PRId64, SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS,
+                         SF_WORKER_ID_BITS, SF_SEQUENCE_BITS, id, h->o.datacenter_id);
     }
     return h->workers[id];
 }
@@ -189,8 +221,13 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
     }
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    sf_fence_publish(h->fence, w, true, valid_until_boot_ms, reserved_until_ms, NULL);
-    sfz_set_state(h, true, worker_id, NULL);
+    pthread_mutex_lock(&h->lock);
+    bool shut = h->shut;
+    if (!shut) /* under the lock: sfz_shut cannot slip in between */
+        sf_fence_publish(h->fence, w, true, valid_until_boot_ms, reserved_until_ms, NULL);
+    pthread_mutex_unlock(&h->lock);
+    if (!shut)
+        sfz_set_state(h, true, worker_id, NULL);
 }
 
 /* Every renewal extends the fence's lease: ids stop when it runs out, even when the
@@ -287,7 +324,10 @@ static void sfz_registry_options(sfz *h, sf_registry_options *ro)
     ro->claim_retry_wait_ms = h->o.claim_retry_wait_ms;
     ro->state_interval_ms = h->o.state_interval_ms;
     ro->max_clock_backward_wait_ms = h->o.max_clock_backward_wait_ms;
-    ro->query_peer = NULL; /* no Thrift here: only what the peers' nodes say is checked */
+    ro->query_peer = (sf_registry_peer_fn)h->o.query_peer; /* the same contract */
+    ro->peer_ctx = h->o.peer_ctx;
+    ro->skip_sanity_checks = h->o.skip_sanity_checks;
+    ro->skip_unreachable_peers = h->o.skip_unreachable_peers;
     ro->on_state = sfz_on_state;
     ro->state_ctx = h;
     ro->on_lease = sfz_on_lease;
@@ -364,8 +404,9 @@ int sfz_run(sfz *h, sfz_error *err)
         if (rc != SF_REGISTRY_UNREACHABLE)
             return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
         if (attempt >= h->o.start_retries)
-            return sfz_fail(err, SFZ_ERR_UNREACHABLE, "%s (tried %d times; start_retries = %d)",
-                            msg, attempt + 1, h->o.start_retries);
+            return sfz_fail(err, SFZ_ERR_UNREACHABLE, "%s (tried %d time%s; start_retries = "
+                            "%d)", msg, attempt + 1, attempt == 0 ? "" : "s",
+                            h->o.start_retries);
         sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (%d of %d)", msg, wait_ms,
                      attempt + 1, h->o.start_retries);
         if (!sfz_wait(h, wait_ms))
@@ -378,7 +419,19 @@ int sfz_run(sfz *h, sfz_error *err)
         return sfz_fail(err, werr.code, "cannot create the id worker: %s", werr.message);
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    sf_fence_publish(h->fence, w, false, 0, 0, "starting: renewing the lease");
+    const char *why = h->o.startup_sleep_ms > 0 ? "starting: waiting startup_sleep_ms"
+                                                : "starting: renewing the lease";
+    sf_fence_publish(h->fence, w, false, 0, 0, why);
+    pthread_mutex_lock(&h->lock); /* the id is ours (peers may ask), not served yet */
+    h->state.worker_id = worker_id;
+    snprintf(h->state.reason, sizeof h->state.reason, "%s", why);
+    pthread_mutex_unlock(&h->lock);
+    if (h->o.startup_sleep_ms > 0) {
+        sfz_log_line(h, "info", "waiting startup_sleep_ms = %d ms before serving",
+                     h->o.startup_sleep_ms);
+        if (!sfz_wait(h, h->o.startup_sleep_ms))
+            return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while waiting startup_sleep_ms");
+    }
     if (sf_registry_watch(h->registry, msg, sizeof msg) != 0)
         return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
     return SFZ_OK;
@@ -416,11 +469,16 @@ int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
     int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &e);
     if (__builtin_expect(rc == SF_OK, 1))
         return SFZ_OK;
-    if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED)
-        return sfz_fail(err, SFZ_ERR_FENCED, "fenced: %s", why);
+    if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED) {
+        sfz_fail(err, SFZ_ERR_FENCED, "%s", why);
+        if (err != NULL && rc == SF_FENCE_DISCARDED)
+            err->discarded = count;
+        return SFZ_ERR_FENCED;
+    }
     if (err != NULL) {
         err->code = e.code;
         err->behind_ms = e.behind_ms;
+        err->discarded = 0;
         snprintf(err->message, sizeof err->message, "%s", e.message);
     }
     return e.code;
@@ -433,18 +491,45 @@ int sfz_next_id(sfz *h, int64_t *id, sfz_error *err)
 
 void sfz_get_state(sfz *h, sfz_state *out)
 {
-    uint64_t n;
     pthread_mutex_lock(&h->lock);
     *out = h->state;
+    pthread_mutex_unlock(&h->lock);
+    out->datacenter_id = h->o.datacenter_id;
+    /* The fence knows first when a lease ran out (a process frozen past it). */
+    if (out->serving && sf_fence_refusal(h->fence, out->reason, sizeof out->reason))
+        out->serving = false;
+}
+
+void sfz_read_state_fd(sfz *h)
+{
+    uint64_t n;
     /* Unreadable until the next transition; nothing to read is fine (EAGAIN). */
     if (read(h->event_fd, &n, sizeof n) < 0 && errno != EAGAIN)
         sfz_log_line(h, "warning", "cannot reset the state descriptor: %s", strerror(errno));
-    pthread_mutex_unlock(&h->lock);
+}
+
+void sfz_get_stats(sfz *h, sf_worker_stats *out)
+{
+    sf_worker *w = sf_fence_worker(h->fence);
+    if (w != NULL)
+        sf_worker_get_stats(w, out);
+    else
+        memset(out, 0, sizeof *out);
 }
 
 int sfz_state_fd(sfz *h)
 {
     return h->event_fd;
+}
+
+void sfz_shut(sfz *h, const char *reason)
+{
+    pthread_mutex_lock(&h->lock);
+    h->shut = true;
+    sf_fence_close(h->fence, reason);
+    h->state.serving = false;
+    snprintf(h->state.reason, sizeof h->state.reason, "%s", reason);
+    pthread_mutex_unlock(&h->lock);
 }
 
 void sfz_stop(sfz *h)

@@ -46,15 +46,26 @@ enum {
 typedef struct sfz_error {
     int code;
     int64_t behind_ms; /* for SFZ_ERR_CLOCK_BACKWARDS: how far the clock went back */
+    size_t discarded;  /* for SFZ_ERR_FENCED: ids made, then fenced before being handed
+                          out (counted, never returned) */
     char message[SFZ_ERROR_MAX];
 } sfz_error;
 
 /* What a handle is doing now. */
 typedef struct sfz_state {
-    bool serving;      /* ids are handed out */
-    int64_t worker_id; /* the id held, or the one last held, or -1 before the first claim */
+    bool serving;          /* ids are handed out now (the lease holds) */
+    int64_t worker_id;     /* the id held, or the one last held, or -1 before the first claim */
+    int64_t datacenter_id; /* the option's */
     char reason[SFZ_ERROR_MAX]; /* while not serving: why, e.g. "disconnected from ZooKeeper" */
 } sfz_state;
+
+/* Asks the holder at host_port (a program serving the Snowflake Thrift service there, e.g.
+ * snowflaked) for its worker id, datacenter id and clock (Unix ms). Returns 0; 1 when
+ * nothing listens there (it is starting, fenced or gone); -1 when it does not answer; err
+ * (errlen bytes) says why. */
+typedef int (*sfz_peer_fn)(void *ctx, const char *host_port, int64_t *worker_id,
+                           int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
+                           size_t errlen);
 
 /* Told of every transition (and of a new reason while fenced), from the handle's own thread;
  * must not call sfz_stop. */
@@ -70,7 +81,8 @@ typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
     X(start_retry_wait_ms, 0, 60000, 500) /* before the first retry, doubling, at most 30 s */ \
     X(claim_retries, 0, 100, 2)         /* a taken static id is tried this many more times */ \
     X(claim_retry_wait_ms, 0, 600000, 10000)                                                \
-    X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded this often */
+    X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded this often */ \
+    X(startup_sleep_ms, 0, 600000, 0)   /* after the claim, wait this long before serving */
 
 typedef struct sfz_options {
     const char *zookeeper;      /* "host:port,host:port"; required */
@@ -83,7 +95,14 @@ typedef struct sfz_options {
     int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
     bool random_first_sequence; /* as libsnowflake's; default false */
     const char *holder;         /* node data; NULL = "embedded pid=<pid> host=<host>
-                                   datacenter=<id>" (must start "embedded ") */
+                                   datacenter=<id>"; a program that serves the Thrift
+                                   service gives its "host:port" instead */
+    sfz_peer_fn query_peer;     /* optional: the original's start-up checks of the peers
+                                   that serve Thrift (worker id, datacenter, clock); NULL
+                                   checks only the datacenters embedded holders' nodes state */
+    void *peer_ctx;
+    bool skip_sanity_checks;    /* no peer check at all */
+    bool skip_unreachable_peers; /* a peer that does not answer is logged, not fatal */
 #define SFZ_OPTION_FIELD(field, lo, hi, dflt) int field;
     SFZ_INT_OPTIONS(SFZ_OPTION_FIELD)
 #undef SFZ_OPTION_FIELD
@@ -94,6 +113,11 @@ typedef struct sfz_options {
 } sfz_options;
 
 typedef struct sfz sfz;
+
+/* Sets the ZooKeeper C client library's own logging, for the whole process: its warnings
+ * when verbose, else nothing (it would log every refused reconnect while ZooKeeper is down).
+ * Call before sfz_start; without it the library's default applies. */
+void sfz_set_client_logging(bool verbose);
 
 /* Fills the defaults above; zookeeper stays NULL. */
 void sfz_options_init(sfz_options *opts);
@@ -124,12 +148,22 @@ int sfz_run(sfz *h, sfz_error *err);
 int sfz_next_id(sfz *h, int64_t *id, sfz_error *err);
 int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err);
 
-/* The state now (for a health check). */
+/* The state now (for a health check): serving only while the lease holds, also before the
+ * handle's own thread has noticed that it ran out. */
 void sfz_get_state(sfz *h, sfz_state *out);
 
-/* A descriptor that becomes readable on every transition: poll it, then call sfz_get_state
- * (which also makes it unreadable again until the next transition). Owned by the handle. */
+/* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
+void sfz_get_stats(sfz *h, sf_worker_stats *out);
+
+/* A descriptor that becomes readable on every transition: poll it, then call
+ * sfz_read_state_fd (which makes it unreadable again until the next transition) and
+ * sfz_get_state. Owned by the handle. */
 int sfz_state_fd(sfz *h);
+void sfz_read_state_fd(sfz *h);
+
+/* Refuses every id from now on with reason (SFZ_ERR_FENCED), whatever the lease: for a
+ * program that drains its requests before sfz_stop. The id stays held until sfz_stop. */
+void sfz_shut(sfz *h, const char *reason);
 
 /* Records the last timestamp and releases the worker id at once (the node is deleted; the
  * next holder starts after this handle's last id), then frees the handle. NULL is allowed. */
