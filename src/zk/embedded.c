@@ -30,8 +30,17 @@
 _Static_assert(SF_REGISTRY_PEER_REFUSED == 1, "sfz_peer_fn's refused code is the registry's");
 #define SFZ_RETRY_WAIT_CAP_MS 30000
 
+/* The datacenters an automatic datacenter id is chosen from, in the order tried. */
+typedef struct sfz_datacenters {
+    int count;
+    int64_t ids[SF_MAX_DATACENTER_ID + 1];
+    char paths[SF_MAX_DATACENTER_ID + 1][SF_ZKPATH_MAX + 1];
+} sfz_datacenters;
+
 struct sfz {
     char *zookeeper, *auth, *worker_id_path, *holder;
+    bool default_holder;         /* holder is ours: it names the datacenter tried */
+    sfz_datacenters *dcs;        /* datacenter_paths, parsed; NULL for a fixed datacenter */
     sfz_options o;               /* the options, its strings pointing at the copies above */
     sf_fence *fence;             /* owns every worker published */
     sf_worker *workers[SF_MAX_WORKER_ID + 1]; /* one per id held so far, reused on a reclaim */
@@ -104,6 +113,68 @@ static bool sfz_holder_valid(const char *holder)
     return errno == 0 && *end == '\0' && port >= 1 && port <= 65535;
 }
 
+/* Parses datacenter_paths ("D=/path,D=/path") into out, ordered by datacenter id; false
+ * with msg saying what is wrong. */
+static bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    const char *p = spec;
+    bool seen[SF_MAX_DATACENTER_ID + 1] = {false};
+    while (p != NULL && *p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        char *num_end;
+        errno = 0;
+        long dc = eq != NULL ? strtol(p, &num_end, 10) : -1;
+        size_t plen = eq != NULL ? n - (size_t)(eq + 1 - p) : 0;
+        char path[SF_ZKPATH_MAX + 2];
+        const char *why = "no '='";
+        if (eq != NULL && plen < sizeof path) {
+            memcpy(path, eq + 1, plen);
+            path[plen] = '\0';
+        }
+        if (eq != NULL && (num_end != eq || errno != 0 || dc < 0 || dc > SF_MAX_DATACENTER_ID))
+            why = "the datacenter is not a number in 0..31";
+        else if (eq != NULL && seen[dc])
+            why = "a datacenter named twice";
+        else if (eq != NULL && plen >= sizeof path)
+            why = "the path is too long";
+        else if (eq != NULL && sf_zkpath_valid(path, &why))
+            why = NULL;
+        if (why != NULL) {
+            snprintf(msg, len, "datacenter_paths entry '%.*s' is not D=/path with D 0..%d, each "
+                     "once, and a valid ZooKeeper path: %s", (int)(n < 80 ? n : 80), p,
+                     SF_MAX_DATACENTER_ID, why);
+            return false;
+        }
+        seen[dc] = true;
+        int at = out->count++;
+        while (at > 0 && out->ids[at - 1] > dc) { /* insertion: ordered by datacenter */
+            out->ids[at] = out->ids[at - 1];
+            memcpy(out->paths[at], out->paths[at - 1], sizeof out->paths[at]);
+            at--;
+        }
+        out->ids[at] = dc;
+        memcpy(out->paths[at], path, plen + 1); /* plen <= SF_ZKPATH_MAX: a valid path */
+        p = end != NULL ? end + 1 : NULL;
+    }
+    for (int i = 0; i < out->count; i++)
+        for (int j = i + 1; j < out->count; j++)
+            if (strcmp(out->paths[i], out->paths[j]) == 0) {
+                snprintf(msg, len, "datacenter_paths names %s for datacenters %" PRId64 " and %"
+                         PRId64 ": each datacenter needs its own path", out->paths[i],
+                         out->ids[i], out->ids[j]);
+                return false;
+            }
+    if (out->count == 0) {
+        snprintf(msg, len, "datacenter_paths is empty: with datacenter_id -1 (automatic) name "
+                 "at least one D=/path");
+        return false;
+    }
+    return true;
+}
+
 int sfz_options_check(const sfz_options *opts, sfz_error *err)
 {
     char msg[SFZ_ERROR_MAX];
@@ -118,9 +189,22 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err)
     if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID)
         return sfz_fail(err, SFZ_ERR_ARG, "worker_id %" PRId64 " is outside 0..%d (or -1 for "
                         "the lowest free one)", opts->worker_id, SF_MAX_WORKER_ID);
-    if (opts->datacenter_id < 0 || opts->datacenter_id > SF_MAX_DATACENTER_ID)
-        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_id %" PRId64 " is outside 0..%d",
-                        opts->datacenter_id, SF_MAX_DATACENTER_ID);
+    if (opts->datacenter_id < -1 || opts->datacenter_id > SF_MAX_DATACENTER_ID)
+        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_id %" PRId64 " is outside 0..%d (or -1 "
+                        "with datacenter_paths)", opts->datacenter_id, SF_MAX_DATACENTER_ID);
+    if (opts->datacenter_id == -1) {
+        sfz_datacenters dcs;
+        if (opts->worker_id != -1)
+            return sfz_fail(err, SFZ_ERR_ARG, "worker_id %" PRId64 " with datacenter_id -1: an "
+                            "automatic datacenter takes an automatic worker id (-1)",
+                            opts->worker_id);
+        if (!sfz_parse_datacenters(opts->datacenter_paths != NULL ? opts->datacenter_paths : "",
+                                   &dcs, msg, sizeof msg))
+            return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
+    } else if (opts->datacenter_paths != NULL) {
+        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_paths is set with datacenter_id %" PRId64
+                        ": it is for datacenter_id -1 (automatic) only", opts->datacenter_id);
+    }
     if (opts->epoch_ms < 0 || opts->epoch_ms > SF_MAX_EPOCH_MS)
         return sfz_fail(err, SFZ_ERR_ARG, "epoch_ms %" PRId64 " is outside 0..%lld (Unix ms up "
                         "to 2100-01-01)", opts->epoch_ms, (long long)SF_MAX_EPOCH_MS);
@@ -141,6 +225,7 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err)
 #undef SFZ_CHECK
     sf_worker_options wo;
     sfz_worker_options(opts, 0, &wo);
+    wo.datacenter_id = 0; /* checked above, automatic or not */
     sf_error werr;
     if (sf_worker_options_check(&wo, &werr) != SF_OK)
         return sfz_fail(err, SFZ_ERR_ARG, "%s", werr.message);
@@ -251,6 +336,20 @@ static void sfz_registry_log(void *ctx, const char *level, const char *message)
     sfz_log_line(ctx, level, "%s", message);
 }
 
+/* An embedded holder's node data, for the datacenter tried now: "embedded pid=<pid>
+ * host=<host> datacenter=<id>" (a holder given in the options is kept). */
+static void sfz_describe_holder(sfz *h)
+{
+    if (!h->default_holder)
+        return;
+    char host[HOST_NAME_MAX + 1];
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[HOST_NAME_MAX] = '\0';
+    snprintf(h->holder, SFZ_HOLDER_MAX, SF_ZKPATH_EMBEDDED_PREFIX "pid=%ld host=%s datacenter=%"
+             PRId64, (long)getpid(), host, h->o.datacenter_id);
+}
+
 /* Copies s into *out (NULL stays NULL); false when out of memory. */
 static bool sfz_copy(const char *s, char **out)
 {
@@ -277,18 +376,17 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     pthread_condattr_destroy(&attr);
     h->state.worker_id = -1;
     snprintf(h->state.reason, sizeof h->state.reason, "starting");
-    char holder[SFZ_HOLDER_MAX];
-    if (opts->holder == NULL) {
-        char host[HOST_NAME_MAX + 1];
-        if (gethostname(host, sizeof host) != 0)
-            snprintf(host, sizeof host, "unknown");
-        host[HOST_NAME_MAX] = '\0';
-        snprintf(holder, sizeof holder, SF_ZKPATH_EMBEDDED_PREFIX "pid=%ld host=%s datacenter=%"
-                 PRId64, (long)getpid(), host, opts->datacenter_id);
-    }
+    h->default_holder = opts->holder == NULL;
     bool ok = sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
               sfz_copy(opts->worker_id_path, &h->worker_id_path) &&
-              sfz_copy(opts->holder != NULL ? opts->holder : holder, &h->holder);
+              (h->default_holder ? (h->holder = malloc(SFZ_HOLDER_MAX)) != NULL
+                                 : sfz_copy(opts->holder, &h->holder));
+    if (ok && opts->datacenter_id == -1) {
+        char msg[SFZ_ERROR_MAX];
+        h->dcs = malloc(sizeof *h->dcs);
+        ok = h->dcs != NULL &&
+             sfz_parse_datacenters(opts->datacenter_paths, h->dcs, msg, sizeof msg);
+    }
     h->fence = ok ? sf_fence_new() : NULL;
     if (h->fence == NULL) {
         sfz_stop(h);
@@ -305,6 +403,12 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     h->o.auth = h->auth;
     h->o.worker_id_path = h->worker_id_path;
     h->o.holder = h->holder;
+    h->o.datacenter_paths = NULL; /* parsed into h->dcs */
+    if (h->dcs != NULL) { /* the first datacenter tried, until one is claimed */
+        h->o.datacenter_id = h->dcs->ids[0];
+        h->o.worker_id_path = h->dcs->paths[0];
+    }
+    sfz_describe_holder(h);
     *out = h;
     return SFZ_OK;
 }
@@ -387,6 +491,31 @@ static int sfz_try_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *ms
     return sf_registry_claim(r, worker_id, floor_ms, msg, len);
 }
 
+/* With an automatic datacenter: moves to the next datacenter after one whose ids are all
+ * taken; false (with msg saying so) after the last. */
+static bool sfz_next_datacenter(sfz *h, char *msg, size_t len)
+{
+    int i = 0;
+    while (h->dcs != NULL && i < h->dcs->count && h->dcs->ids[i] != h->o.datacenter_id)
+        i++;
+    if (h->dcs == NULL || i + 1 >= h->dcs->count) {
+        if (h->dcs != NULL) {
+            char last[SF_REGISTRY_ERR_MAX];
+            snprintf(last, sizeof last, "%s", msg);
+            snprintf(msg, len, "all %d worker ids of each of the %d datacenters in "
+                     "datacenter_paths are taken (the last: %.*s)", SF_MAX_WORKER_ID + 1,
+                     h->dcs->count, (int)(len / 2), last);
+        }
+        return false;
+    }
+    sfz_log_line(h, "info", "%s; trying datacenter %" PRId64 " under %s", msg, h->dcs->ids[i + 1],
+                 h->dcs->paths[i + 1]);
+    h->o.datacenter_id = h->dcs->ids[i + 1];
+    h->o.worker_id_path = h->dcs->paths[i + 1];
+    sfz_describe_holder(h);
+    return true;
+}
+
 int sfz_run(sfz *h, sfz_error *err)
 {
     char msg[SF_REGISTRY_ERR_MAX];
@@ -396,6 +525,10 @@ int sfz_run(sfz *h, sfz_error *err)
         if (rc == 0)
             break;
         sfz_drop_registry(h);
+        if (rc == SF_REGISTRY_ALL_TAKEN && sfz_next_datacenter(h, msg, sizeof msg)) {
+            attempt = -1; /* the next datacenter has its own tries */
+            continue;
+        }
         pthread_mutex_lock(&h->lock);
         bool cancelled = h->cancelled;
         pthread_mutex_unlock(&h->lock);
@@ -547,5 +680,6 @@ void sfz_stop(sfz *h)
     free(h->auth);
     free(h->worker_id_path);
     free(h->holder);
+    free(h->dcs);
     free(h);
 }

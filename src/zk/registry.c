@@ -107,8 +107,9 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
     else if (sf_reg_check_peers(r, err, errlen) != 0)
         return -1;
     int64_t id = -1, floor = -1;
-    if (sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen) != 0)
-        return -1;
+    rc = sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen);
+    if (rc != 0)
+        return rc;
     if (sf_reg_stopped(r)) {
         sf_reg_release_worker(r, id);
         sf_registry_set_err(err, errlen, "stopped right after claiming worker id %" PRId64

@@ -99,12 +99,15 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 /* Returned by sf_registry_claim when no ZooKeeper server answered in time: worth trying again
  * later, unlike its other failures. */
 #define SF_REGISTRY_UNREACHABLE (-2)
+/* Returned by sf_registry_claim of an automatic id when none of the 32 can be claimed
+ * under worker_id_path: another path (another datacenter) may have one. */
+#define SF_REGISTRY_ALL_TAKEN (-3)
 
 /* Waits for the session (up to the session timeout, at least 5 s), checks the peers (unless
  * skipped), claims the worker id (static or automatic), and waits until the clock is past the
  * timestamp recorded for it. On success *worker_id is the id held and *floor_ms the recorded
- * timestamp (-1 if none). Blocks; call once. Fails with -1, or SF_REGISTRY_UNREACHABLE, with
- * err filled. sf_registry_cancel makes it return -1 at once with "stopped" in err, leaving no
+ * timestamp (-1 if none). Blocks; call once. Fails with -1, SF_REGISTRY_UNREACHABLE or
+ * SF_REGISTRY_ALL_TAKEN, with err filled. sf_registry_cancel makes it return -1 at once with "stopped" in err, leaving no
  * worker node behind. */
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);

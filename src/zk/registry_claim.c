@@ -206,7 +206,7 @@ static void sf_reg_list_holders(sf_registry *r, char *out, size_t outlen)
     }
 }
 
-/* Under the lock, claims the lowest free id 0..31. */
+/* Under the lock, claims the lowest free id 0..31; SF_REGISTRY_ALL_TAKEN when none can be. */
 static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size_t errlen)
 {
     struct String_vector kids = {0, NULL};
@@ -257,7 +257,7 @@ static int sf_reg_claim_lowest_free(sf_registry *r, int64_t *id, char *err, size
     else
         sf_registry_set_err(err, errlen, "all %d worker ids under %s are taken: %s",
                             SF_REGISTRY_MAX_WORKERS, r->worker_id_path, holders);
-    return -1;
+    return SF_REGISTRY_ALL_TAKEN;
 }
 
 /* Deletes our lock node. Failing that a few times (a lost connection), leaves it to the
@@ -316,14 +316,15 @@ static int sf_reg_claim_auto(sf_registry *r, int64_t *id, char *err, size_t errl
 
 /* One claim of an id (static: a single try unless retries > 0; auto: the lock recipe),
  * followed by the restart-safety wait. A node created for a claim that then fails is
- * deleted, so a failed or cancelled claim leaves nothing behind. */
+ * deleted, so a failed or cancelled claim leaves nothing behind. 0, -1, or
+ * SF_REGISTRY_ALL_TAKEN. */
 int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,
                       char *err, size_t errlen)
 {
     int rc = r->wanted_id >= 0 ? sf_reg_claim_static(r, id, err, errlen, retries)
                                : sf_reg_claim_auto(r, id, err, errlen);
     if (rc != 0)
-        return -1;
+        return rc == SF_REGISTRY_ALL_TAKEN ? rc : -1;
     pthread_mutex_lock(&r->mu);
     r->held_id = *id;
     sf_reg_step(r, SF_REG_EV_CLAIMED, NULL);

@@ -90,7 +90,11 @@ typedef struct sfz_options {
     const char *worker_id_path; /* default /snowflake-servers; the lock and state paths are
                                    worker_id_path + "-locks" and + "-state" */
     int64_t worker_id;          /* 0..31, or -1 (the default) for the lowest free one */
-    int64_t datacenter_id;      /* 0..31; default 0 */
+    int64_t datacenter_id;      /* 0..31, default 0; or -1 with datacenter_paths */
+    const char *datacenter_paths; /* with datacenter_id -1 (automatic): "D=/path,D=/path"
+                                   (D 0..31, each its own path, at most 32): the lowest free
+                                   (datacenter, worker) pair over them; the paths replace
+                                   worker_id_path, and worker_id must be -1 */
     int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS */
     int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
     bool random_first_sequence; /* as libsnowflake's; default false */

@@ -210,6 +210,77 @@ START_TEST(other_datacenter_holder_is_refused)
 }
 END_TEST
 
+/* datacenter_id -1: the lowest free (datacenter, worker) pair over datacenter_paths, tried
+ * in datacenter order; with every pair taken, a clear error. */
+START_TEST(automatic_datacenter_takes_the_lowest_free_pair)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    fill_slots(zh, "/e-adc0", 0, SF_MAX_WORKER_ID + 1);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/unused");
+    o.datacenter_id = -1;
+    o.datacenter_paths = "5=/e-adc5,0=/e-adc0";
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    sfz_state st;
+    sfz_get_state(h, &st);
+    ck_assert_msg(st.datacenter_id == 5 && st.worker_id == 0, "(%" PRId64 ", %" PRId64 ")",
+                  st.datacenter_id, st.worker_id);
+    int64_t id;
+    ck_assert_msg(sfz_next_id(h, &id, &err) == SFZ_OK, "%s", err.message);
+    ck_assert_int_eq((id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID, 5);
+    char data[256];
+    ck_assert_int_eq(sf_test_zk_get(zh, "/e-adc5/0", data, sizeof data, NULL), ZOK);
+    ck_assert_msg(strstr(data, " datacenter=5") != NULL, "node data \"%s\"", data);
+    fill_slots(zh, "/e-adc7", 7, SF_MAX_WORKER_ID + 1);
+    sfz *full = NULL;
+    o.datacenter_paths = "0=/e-adc0,7=/e-adc7";
+    int rc = sfz_start(&o, &full, &err);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM && full == NULL, "rc %d: %s", rc, err.message);
+    ck_assert_msg(strstr(err.message, "each of the 2 datacenters in datacenter_paths are taken"),
+                  "%s", err.message);
+    sfz_stop(h);
+    zookeeper_close(zh);
+}
+END_TEST
+
+/* The automatic datacenter's options are refused by name. */
+START_TEST(automatic_datacenter_options_are_checked)
+{
+    static const struct {
+        int64_t worker_id;
+        const char *paths;
+        const char *needle;
+    } cases[] = {
+        {-1, NULL, "datacenter_paths is empty"},
+        {3, "0=/a", "an automatic datacenter takes an automatic worker id"},
+        {-1, "0=/a,0=/b", "a datacenter named twice"},
+        {-1, "32=/a", "not a number in 0..31"},
+        {-1, "0=/a,1=/a", "each datacenter needs its own path"},
+        {-1, "0=relative", "not absolute"},
+        {-1, "/a", "no '='"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sfz_options o;
+        sfz_error err;
+        test_options(&o, zk.hosts, "/unused");
+        o.datacenter_id = -1;
+        o.worker_id = cases[i].worker_id;
+        o.datacenter_paths = cases[i].paths;
+        ck_assert_int_eq(sfz_options_check(&o, &err), SFZ_ERR_ARG);
+        ck_assert_msg(strstr(err.message, cases[i].needle) != NULL, "\"%s\" does not say \"%s\"",
+                      err.message, cases[i].needle);
+    }
+    sfz_options o;
+    sfz_error err;
+    test_options(&o, zk.hosts, "/unused");
+    o.datacenter_paths = "0=/a";
+    ck_assert_int_eq(sfz_options_check(&o, &err), SFZ_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "for datacenter_id -1 (automatic) only"), "%s", err.message);
+}
+END_TEST
+
 typedef struct run_job {
     sfz *h;
     int rc;
@@ -430,6 +501,8 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);
     tcase_add_test(tc, frozen_past_the_session_refuses_on_waking);
     tcase_add_test(tc, shut_refuses_for_good);
+    tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
+    tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
     suite_add_tcase(s, tc);
     return s;
