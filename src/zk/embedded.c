@@ -17,25 +17,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/option_range.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
+#include "embedded_options.h"
 #include "fence.h"
 #include "registry.h"
 
-#define SFZ_HOLDER_MAX 256
+#define SFZ_RETRY_WAIT_CAP_MS 30000
 
 /* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
  * and "nothing listens" is 1 in both. */
 _Static_assert(SF_REGISTRY_PEER_REFUSED == 1, "sfz_peer_fn's refused code is the registry's");
-#define SFZ_RETRY_WAIT_CAP_MS 30000
-
-/* The datacenters an automatic datacenter id is chosen from, in the order tried. */
-typedef struct sfz_datacenters {
-    int count;
-    int64_t ids[SF_MAX_DATACENTER_ID + 1];
-    char paths[SF_MAX_DATACENTER_ID + 1][SF_ZKPATH_MAX + 1];
-} sfz_datacenters;
 
 struct sfz {
     char *zookeeper, *auth, *worker_id_path, *holder;
@@ -50,186 +42,12 @@ struct sfz {
     bool cancelled;
     bool shut;                   /* sfz_shut: the fence never opens again */
     sfz_state state;
-    int event_fd;                /* readable after a transition, until sfz_get_state */
+    int event_fd;                /* readable after a transition, until sfz_read_state_fd */
 };
-
-/* Fills err (if any) with code and a formatted message; returns code. */
-static int sfz_fail(sfz_error *err, int code, const char *fmt, ...)
-{
-    if (err != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        err->behind_ms = 0;
-        err->discarded = 0;
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 void sfz_set_client_logging(bool verbose)
 {
     sf_registry_set_client_logging(verbose);
-}
-
-void sfz_options_init(sfz_options *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->worker_id_path = "/snowflake-servers";
-    opts->worker_id = -1;
-    opts->epoch_ms = SF_TWITTER_EPOCH_MS;
-#define SFZ_DEFAULT(field, lo, hi, dflt) opts->field = (dflt);
-    SFZ_INT_OPTIONS(SFZ_DEFAULT)
-#undef SFZ_DEFAULT
-}
-
-/* The generator's options for worker_id under opts. */
-static void sfz_worker_options(const sfz_options *opts, int64_t worker_id, sf_worker_options *wo)
-{
-    sf_worker_options_init(wo);
-    wo->datacenter_id = opts->datacenter_id;
-    wo->worker_id = worker_id;
-    wo->epoch_ms = opts->epoch_ms;
-    wo->max_clock_backward_wait_ms = opts->max_clock_backward_wait_ms;
-    wo->random_first_sequence = opts->random_first_sequence;
-}
-
-/* True when holder describes an embedded holder, or is host:port with a port 1..65535
- * (peers then query it over Thrift), in fewer than SFZ_HOLDER_MAX bytes. */
-static bool sfz_holder_valid(const char *holder)
-{
-    size_t n = strlen(holder);
-    if (n == 0 || n >= SFZ_HOLDER_MAX)
-        return false;
-    if (strncmp(holder, SF_ZKPATH_EMBEDDED_PREFIX, strlen(SF_ZKPATH_EMBEDDED_PREFIX)) == 0)
-        return true;
-    const char *colon = strrchr(holder, ':');
-    if (colon == NULL || colon == holder || colon[1] == '\0')
-        return false;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    return errno == 0 && *end == '\0' && port >= 1 && port <= 65535;
-}
-
-/* Parses datacenter_paths ("D=/path,D=/path") into out, ordered by datacenter id; false
- * with msg saying what is wrong. */
-static bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, size_t len)
-{
-    memset(out, 0, sizeof *out);
-    const char *p = spec;
-    bool seen[SF_MAX_DATACENTER_ID + 1] = {false};
-    while (p != NULL && *p != '\0') {
-        const char *end = strchr(p, ',');
-        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', n);
-        char *num_end;
-        errno = 0;
-        long dc = eq != NULL ? strtol(p, &num_end, 10) : -1;
-        size_t plen = eq != NULL ? n - (size_t)(eq + 1 - p) : 0;
-        char path[SF_ZKPATH_MAX + 2];
-        const char *why = "no '='";
-        if (eq != NULL && plen < sizeof path) {
-            memcpy(path, eq + 1, plen);
-            path[plen] = '\0';
-        }
-        if (eq != NULL && (num_end != eq || errno != 0 || dc < 0 || dc > SF_MAX_DATACENTER_ID))
-            why = "the datacenter is not a number in 0..31";
-        else if (eq != NULL && seen[dc])
-            why = "a datacenter named twice";
-        else if (eq != NULL && plen >= sizeof path)
-            why = "the path is too long";
-        else if (eq != NULL && sf_zkpath_valid(path, &why))
-            why = NULL;
-        if (why != NULL) {
-            snprintf(msg, len, "datacenter_paths entry '%.*s' is not D=/path with D 0..%d, each "
-                     "once, and a valid ZooKeeper path: %s", (int)(n < 80 ? n : 80), p,
-                     SF_MAX_DATACENTER_ID, why);
-            return false;
-        }
-        seen[dc] = true;
-        int at = out->count++;
-        while (at > 0 && out->ids[at - 1] > dc) { /* insertion: ordered by datacenter */
-            out->ids[at] = out->ids[at - 1];
-            memcpy(out->paths[at], out->paths[at - 1], sizeof out->paths[at]);
-            at--;
-        }
-        out->ids[at] = dc;
-        memcpy(out->paths[at], path, plen + 1); /* plen <= SF_ZKPATH_MAX: a valid path */
-        p = end != NULL ? end + 1 : NULL;
-    }
-    for (int i = 0; i < out->count; i++)
-        for (int j = i + 1; j < out->count; j++)
-            if (strcmp(out->paths[i], out->paths[j]) == 0) {
-                snprintf(msg, len, "datacenter_paths names %s for datacenters %" PRId64 " and %"
-                         PRId64 ": each datacenter needs its own path", out->paths[i],
-                         out->ids[i], out->ids[j]);
-                return false;
-            }
-    if (out->count == 0) {
-        snprintf(msg, len, "datacenter_paths is empty: with datacenter_id -1 (automatic) name "
-                 "at least one D=/path");
-        return false;
-    }
-    return true;
-}
-
-int sfz_options_check(const sfz_options *opts, sfz_error *err)
-{
-    char msg[SFZ_ERROR_MAX];
-    const char *why = NULL;
-    if (opts->zookeeper == NULL || opts->zookeeper[0] == '\0')
-        return sfz_fail(err, SFZ_ERR_ARG, "zookeeper is empty: name at least one host:port");
-    if (!sf_zkpath_valid(opts->worker_id_path, &why))
-        return sfz_fail(err, SFZ_ERR_ARG, "worker_id_path '%s' is not a valid ZooKeeper path "
-                        "(%s): allowed an absolute path of at most %d bytes like "
-                        "/snowflake-servers", opts->worker_id_path ? opts->worker_id_path : "",
-                        why, SF_ZKPATH_MAX);
-    if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID)
-        return sfz_fail(err, SFZ_ERR_ARG, "worker_id %" PRId64 " is outside 0..%d (or -1 for "
-                        "the lowest free one)", opts->worker_id, SF_MAX_WORKER_ID);
-    if (opts->datacenter_id < -1 || opts->datacenter_id > SF_MAX_DATACENTER_ID)
-        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_id %" PRId64 " is outside 0..%d (or -1 "
-                        "with datacenter_paths)", opts->datacenter_id, SF_MAX_DATACENTER_ID);
-    if (opts->datacenter_id == -1) {
-        sfz_datacenters dcs;
-        if (opts->worker_id != -1)
-            return sfz_fail(err, SFZ_ERR_ARG, "worker_id %" PRId64 " with datacenter_id -1: an "
-                            "automatic datacenter takes an automatic worker id (-1)",
-                            opts->worker_id);
-        if (!sfz_parse_datacenters(opts->datacenter_paths != NULL ? opts->datacenter_paths : "",
-                                   &dcs, msg, sizeof msg))
-            return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
-    } else if (opts->datacenter_paths != NULL) {
-        return sfz_fail(err, SFZ_ERR_ARG, "datacenter_paths is set with datacenter_id %" PRId64
-                        ": it is for datacenter_id -1 (automatic) only", opts->datacenter_id);
-    }
-    if (opts->epoch_ms < 0 || opts->epoch_ms > SF_MAX_EPOCH_MS)
-        return sfz_fail(err, SFZ_ERR_ARG, "epoch_ms %" PRId64 " is outside 0..%lld (Unix ms up "
-                        "to 2100-01-01)", opts->epoch_ms, (long long)SF_MAX_EPOCH_MS);
-    if (opts->epoch_ms > sf_clock_now_ms())
-        return sfz_fail(err, SFZ_ERR_ARG, "epoch_ms %" PRId64 " is in the future: allowed a "
-                        "moment in the past, e.g. Twitter's %lld", opts->epoch_ms,
-                        (long long)SF_TWITTER_EPOCH_MS);
-    if (!sf_registry_auth_valid(opts->auth))
-        return sfz_fail(err, SFZ_ERR_ARG, "auth must be user:password");
-    if (opts->holder != NULL && !sfz_holder_valid(opts->holder))
-        return sfz_fail(err, SFZ_ERR_ARG, "holder '%.64s' is neither \"%s...\" nor the "
-                        "host:port where this program serves Thrift (at most %d bytes)",
-                        opts->holder, SF_ZKPATH_EMBEDDED_PREFIX, SFZ_HOLDER_MAX - 1);
-#define SFZ_CHECK(field, lo, hi, dflt) \
-    if (!sf_option_in_range("", #field, opts->field, (lo), (hi), msg, sizeof msg)) \
-        return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
-    SFZ_INT_OPTIONS(SFZ_CHECK)
-#undef SFZ_CHECK
-    sf_worker_options wo;
-    sfz_worker_options(opts, 0, &wo);
-    wo.datacenter_id = 0; /* checked above, automatic or not */
-    sf_error werr;
-    if (sf_worker_options_check(&wo, &werr) != SF_OK)
-        return sfz_fail(err, SFZ_ERR_ARG, "%s", werr.message);
-    return SFZ_OK;
 }
 
 /* A line to the application's log, or standard error. */
