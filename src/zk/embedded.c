@@ -124,10 +124,11 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
     }
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    pthread_mutex_lock(&h->lock);
+    pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
     bool shut = h->shut;
-    if (!shut) /* under the lock: sfz_shut cannot slip in between */
-        sf_fence_publish(h->fence, w, true, valid_until_boot_ms, reserved_until_ms, NULL);
+    /* Published either way: the fence owns (and frees) every worker made. */
+    sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
+                     shut ? h->state.reason : NULL);
     pthread_mutex_unlock(&h->lock);
     if (!shut)
         sfz_set_state(h, true, worker_id, NULL);

@@ -43,7 +43,12 @@ sf_fence *sf_fence_new(void)
     if (f == NULL)
         return NULL;
     f->reason = strdup("starting");
-    if (f->reason == NULL || pthread_mutex_init(&f->lock, NULL) != 0) {
+    /* Room for a worker per worker id and one more: a registration that claims again and
+     * again never allocates while publishing. */
+    f->capworkers = SF_MAX_WORKER_ID + 2;
+    f->workers = malloc(f->capworkers * sizeof *f->workers);
+    if (f->reason == NULL || f->workers == NULL || pthread_mutex_init(&f->lock, NULL) != 0) {
+        free(f->workers);
         free(f->reason);
         free(f);
         return NULL;
@@ -137,7 +142,7 @@ void sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_unt
 {
     pthread_mutex_lock(&f->lock);
     if (w != NULL && !sf_fence_keep(f, w)) {
-        sf_worker_free(w);
+        /* Not freed: a caller may still refer to it (a leak beats a dangling worker). */
         w = NULL;
         reason = "out of memory publishing a worker";
         serving = false;

@@ -33,7 +33,8 @@ sf_fence *sf_fence_new(void);
 /* Frees the fence and every worker ever published to it: no caller may still be making ids. */
 void sf_fence_free(sf_fence *f);
 
-/* Publishes w (owned by the fence from now on; NULL = none held) in one step with the gate
+/* Publishes w (owned by the fence from now on, unless memory ran out: the gate then shuts
+ * saying so, and w is the caller's; NULL = none held) in one step with the gate
  * (serving), the lease end (CLOCK_BOOTTIME ms; 0 = no lease, as standalone), the reservation
  * (Unix ms; 0 = none) and, when not serving, why. Ids made under the view before are
  * discarded. One writer at a time (the fence's lock). */
