@@ -167,6 +167,9 @@ z.create("/embedded/4", b"embedded pid=4242 host=app1 datacenter=2", makepath=Tr
 z.create("/embedded/8", b"embedded pid=77 host=app2 datacenter=2")
 z.stop()
 PY
+out=$($T --path /embedded list)
+expect "list names an embedded holder by its program" \
+  "echo \"\$out\" | grep -q '^4 *embedded, pid 4242 on host app1 '"
 out=$($T --path /embedded inspect 4)
 expect "inspect names an embedded holder without querying it" \
   "echo \"\$out\" | grep -q 'embedded, pid 4242 on host app1, datacenter_id=2 (not queried'"
