@@ -1,16 +1,18 @@
 /* snowflake_zk.h -- libsnowflake-zk: Snowflake ids made in process under a worker id held in
  * ZooKeeper, for programs that embed the generator instead of calling snowflaked.
  *
- * sfz_start claims a worker id under worker_id_path exactly as snowflaked does (the same
- * registry: the original's ephemeral nodes, the automatic claim queue, the lease renewed by
- * conditional writes, the floor recorded for the next holder), and sfz_next_id hands out
- * libsnowflake's ids only while that lease holds: never after it ran out, also when the whole
- * process was frozen (SIGSTOP, a suspended machine) and resumed. While fenced, calls fail
- * with SFZ_ERR_FENCED and the handle claims again on its own.
+ * sfz_start claims a worker id under worker_id_path (or, with an automatic datacenter, under
+ * the first of datacenter_paths with a free id) exactly as snowflaked does: snowflaked
+ * registers through this library (the original's ephemeral nodes, the automatic claim queue,
+ * the lease renewed by conditional writes, the floor recorded for the next holder). Then
+ * sfz_next_id hands out libsnowflake's ids only while that lease holds: never after it ran
+ * out, also when the whole process was frozen (SIGSTOP, a suspended machine) and resumed.
+ * While fenced, calls fail with SFZ_ERR_FENCED and the handle claims again on its own.
  *
  * An embedded holder's node reads "embedded pid=<pid> host=<host> datacenter=<id>": peers
- * and snowflake-zk know it serves no Thrift. Its own peer checks cover what the nodes say
- * (the datacenter of other embedded holders); snowflaked's nodes are not queried.
+ * and snowflake-zk know it serves no Thrift and check the datacenter it states. Its own peer
+ * checks cover what the nodes say; snowflaked's nodes are queried only through a
+ * query_peer function the program gives (snowflaked gives its Thrift client).
  *
  * Conventions: functions that can fail return SFZ_OK (0) or a negative SFZ_ERR_* code and,
  * when given an sfz_error, fill it with a message a person can act on. Link with
@@ -138,7 +140,8 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err);
 int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err);
 
 /* Makes a blocked sfz_start return SFZ_ERR_STOPPED soon, leaving no node behind. For a handle
- * not yet returned, pass the one from sfz_prepare. */
+ * not yet returned, pass the one from sfz_prepare. Only for a start: a started handle is
+ * stopped with sfz_stop. */
 void sfz_cancel(sfz *h);
 
 /* Like sfz_start in two steps, so that another thread can sfz_cancel the start: sfz_prepare
