@@ -24,22 +24,9 @@
 
 #include <snowflake_zk.h>
 
-#define CAP_PER_SECOND 4096000.0
+#include "bench_common.h"
 
 typedef enum { CALL_UNFENCED, CALL_FENCED, CALL_BOOT_CLOCK } call_kind;
-
-static double mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Resident set size in KiB, from /proc/self/status. */
 static long rss_kib(void)
@@ -67,7 +54,7 @@ static double call_cost(sf_worker *w, sfz *h, call_kind kind, int bursts, int bu
         int64_t start_ms = sf_clock_now_ms();
         while (sf_clock_now_ms() == start_ms)
             ;
-        double t0 = mono_ns();
+        double t0 = bench_mono_ns();
         for (int i = 0; i < burst; i++) {
             if (kind == CALL_UNFENCED) {
                 sf_worker_next_id(w, &id, NULL);
@@ -83,10 +70,9 @@ static double call_cost(sf_worker *w, sfz *h, call_kind kind, int bursts, int bu
             }
             sink += id;
         }
-        per_call[b] = (mono_ns() - t0) / burst;
+        per_call[b] = (bench_mono_ns() - t0) / burst;
     }
-    qsort(per_call, (size_t)bursts, sizeof *per_call, cmp_double);
-    double median = per_call[bursts / 2];
+    double median = bench_median(per_call, (size_t)bursts);
     if (sink == 42) /* keep the loops from being optimised away */
         putchar(' ');
     free(per_call);
@@ -102,8 +88,8 @@ typedef struct rate_job {
 static void *rate_thread(void *arg)
 {
     rate_job *job = arg;
-    double end = mono_ns() + job->seconds * 1e9;
-    while (mono_ns() < end)
+    double end = bench_mono_ns() + job->seconds * 1e9;
+    while (bench_mono_ns() < end)
         for (int i = 0; i < 64; i++) {
             int64_t id;
             if (sfz_next_id(job->h, &id, NULL) == SFZ_OK)
@@ -171,7 +157,7 @@ int main(int argc, char **argv)
            "(target <= one clock read + 10 ns)\n", fenced - unfenced, fenced - unfenced - boot);
     pthread_t tid[2];
     rate_job jobs[2];
-    double t0 = mono_ns();
+    double t0 = bench_mono_ns();
     for (int t = 0; t < 2; t++) {
         jobs[t] = (rate_job){.h = h, .seconds = seconds};
         pthread_create(&tid[t], NULL, rate_thread, &jobs[t]);
@@ -182,7 +168,7 @@ int main(int argc, char **argv)
         total += jobs[t].ids;
         refusals += jobs[t].refusals;
     }
-    double rate = (double)total / ((mono_ns() - t0) / 1e9);
+    double rate = (double)total / ((bench_mono_ns() - t0) / 1e9);
     printf("bench_embedded: fenced, 2 threads: %.3f M ids/s = %.2f%% of the 4.096 M ids/s cap "
            "(target >= 90%%), %llu refusals\n", rate / 1e6, 100.0 * rate / CAP_PER_SECOND,
            (unsigned long long)refusals);

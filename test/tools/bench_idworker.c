@@ -13,20 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define CAP_PER_SECOND 4096000.0
-
-static double mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_common.h"
 
 static sf_worker *bench_worker(void)
 {
@@ -55,17 +42,16 @@ static double bench_call_cost(sf_worker *w, int bursts, int burst, bool clock_on
         int64_t start_ms = sf_clock_now_ms();
         while (sf_clock_now_ms() == start_ms)
             ;
-        double t0 = mono_ns();
+        double t0 = bench_mono_ns();
         if (clock_only)
             for (int i = 0; i < burst; i++)
                 id += sf_clock_now_ms();
         else
             for (int i = 0; i < burst; i++)
                 sf_worker_next_id(w, &id, NULL);
-        per_call[b] = (mono_ns() - t0) / burst;
+        per_call[b] = (bench_mono_ns() - t0) / burst;
     }
-    qsort(per_call, (size_t)bursts, sizeof *per_call, cmp_double);
-    double median = per_call[bursts / 2];
+    double median = bench_median(per_call, (size_t)bursts);
     if (id == 42) /* keep the clock-only loop from being optimised away */
         putchar(' ');
     free(per_call);
@@ -83,9 +69,9 @@ static void *rate_thread(void *arg)
 {
     rate_job *job = arg;
     int64_t buf[1000];
-    double end = mono_ns() + job->seconds * 1e9;
+    double end = bench_mono_ns() + job->seconds * 1e9;
     uint64_t n = 0;
-    while (mono_ns() < end) {
+    while (bench_mono_ns() < end) {
         for (int i = 0; i < 64; i++) {
             if (job->batch > 0) {
                 sf_worker_next_ids(job->w, buf, job->batch, NULL);
@@ -105,7 +91,7 @@ static double bench_rate(int threads, double seconds, size_t batch)
     sf_worker *w = bench_worker();
     pthread_t tid[8];
     rate_job jobs[8];
-    double t0 = mono_ns();
+    double t0 = bench_mono_ns();
     for (int t = 0; t < threads; t++) {
         jobs[t] = (rate_job){ .w = w, .seconds = seconds, .batch = batch };
         pthread_create(&tid[t], NULL, rate_thread, &jobs[t]);
@@ -115,7 +101,7 @@ static double bench_rate(int threads, double seconds, size_t batch)
         pthread_join(tid[t], NULL);
         total += jobs[t].ids;
     }
-    double elapsed = (mono_ns() - t0) / 1e9;
+    double elapsed = (bench_mono_ns() - t0) / 1e9;
     sf_worker_free(w);
     return (double)total / elapsed;
 }
