@@ -199,10 +199,7 @@ static int64_t sf_handler_worker_value(SfHandler *h, sf_handler_method m,
     int64_t id = -1;
     sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
     if (zk != NULL) {
-        sfz_state st;
-        sfz_get_state(zk, &st);
-        if (st.worker_id >= 0)
-            id = m == SF_HANDLER_GET_WORKER_ID ? st.worker_id : st.datacenter_id;
+        id = m == SF_HANDLER_GET_WORKER_ID ? sfz_worker_id(zk) : sfz_datacenter_id(zk);
     } else {
         sf_worker *w = sf_fence_worker(h->fence);
         id = w != NULL ? field(w) : -1;

@@ -83,16 +83,16 @@ static sf_worker *sfz_worker_for(sfz *h, int64_t id, sf_error *err)
 }
 
 /* Records a transition: the state, the descriptor made readable, the application told. */
-static void sfz_set_state(sfz *h, bool serving, int64_t worker_id, const char *reason)
+static void sfz_set_state(sfz *h, bool serving, const char *reason)
 {
     sfz_state copy;
     pthread_mutex_lock(&h->lock);
     h->state.serving = serving;
-    if (worker_id >= 0)
-        h->state.worker_id = worker_id;
     snprintf(h->state.reason, sizeof h->state.reason, "%s", serving ? "" : reason);
     copy = h->state;
     pthread_mutex_unlock(&h->lock);
+    copy.worker_id = sfz_worker_id(h);
+    copy.datacenter_id = h->o.datacenter_id;
     uint64_t one = 1;
     if (write(h->event_fd, &one, sizeof one) != (ssize_t)sizeof one && errno != EAGAIN)
         sfz_log_line(h, "warning", "cannot signal the state descriptor: %s", strerror(errno));
@@ -114,12 +114,12 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
         char why[SFZ_ERROR_MAX];
         snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
         sf_fence_close(h->fence, why);
-        sfz_set_state(h, false, worker_id, why);
+        sfz_set_state(h, false, why);
         return;
     }
     if (!serving) {
         sf_fence_close(h->fence, reason);
-        sfz_set_state(h, false, worker_id, reason != NULL ? reason : "not serving");
+        sfz_set_state(h, false, reason != NULL ? reason : "not serving");
         return;
     }
     if (floor_ms >= 0)
@@ -131,7 +131,7 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
                      shut ? h->state.reason : NULL);
     pthread_mutex_unlock(&h->lock);
     if (!shut)
-        sfz_set_state(h, true, worker_id, NULL);
+        sfz_set_state(h, true, NULL);
 }
 
 /* Every renewal extends the fence's lease: ids stop when it runs out, even when the
@@ -193,7 +193,6 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* retry waits ignore clock steps */
     pthread_cond_init(&h->wake, &attr);
     pthread_condattr_destroy(&attr);
-    h->state.worker_id = -1;
     snprintf(h->state.reason, sizeof h->state.reason, "starting");
     h->default_holder = opts->holder == NULL;
     bool ok = sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
@@ -374,8 +373,7 @@ int sfz_run(sfz *h, sfz_error *err)
     const char *why = h->o.startup_sleep_ms > 0 ? "starting: waiting startup_sleep_ms"
                                                 : "starting: renewing the lease";
     sf_fence_publish(h->fence, w, false, 0, 0, why);
-    pthread_mutex_lock(&h->lock); /* the id is ours (peers may ask), not served yet */
-    h->state.worker_id = worker_id;
+    pthread_mutex_lock(&h->lock); /* the id is ours (the fence says which), not served yet */
     snprintf(h->state.reason, sizeof h->state.reason, "%s", why);
     pthread_mutex_unlock(&h->lock);
     if (h->o.startup_sleep_ms > 0) {
@@ -441,11 +439,24 @@ int sfz_next_id(sfz *h, int64_t *id, sfz_error *err)
     return sfz_next_ids(h, id, 1, err);
 }
 
+int64_t sfz_worker_id(sfz *h)
+{
+    sf_worker *w = sf_fence_worker(h->fence);
+    return w != NULL ? sf_worker_worker_id(w) : -1;
+}
+
+int64_t sfz_datacenter_id(sfz *h)
+{
+    sf_worker *w = sf_fence_worker(h->fence);
+    return w != NULL ? sf_worker_datacenter_id(w) : -1;
+}
+
 void sfz_get_state(sfz *h, sfz_state *out)
 {
     pthread_mutex_lock(&h->lock);
     *out = h->state;
     pthread_mutex_unlock(&h->lock);
+    out->worker_id = sfz_worker_id(h);
     out->datacenter_id = h->o.datacenter_id;
     /* The fence knows first when a lease ran out (a process frozen past it). */
     if (out->serving && sf_fence_refusal(h->fence, out->reason, sizeof out->reason))

@@ -159,6 +159,12 @@ int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err);
  * handle's own thread has noticed that it ran out. */
 void sfz_get_state(sfz *h, sfz_state *out);
 
+/* The worker id held now (or last held: a fenced handle keeps it until it claims another),
+ * and its datacenter id; -1 before the first claim. A lock-free read, cheap enough for
+ * every request (sfz_get_state copies the whole state under a lock). */
+int64_t sfz_worker_id(sfz *h);
+int64_t sfz_datacenter_id(sfz *h);
+
 /* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
 void sfz_get_stats(sfz *h, sf_worker_stats *out);
 

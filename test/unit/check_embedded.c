@@ -140,6 +140,33 @@ START_TEST(start_serves_and_stop_releases)
 }
 END_TEST
 
+/* Every integer option at its maximum (but startup_sleep_ms, which would only make the test
+ * wait ten minutes) starts and serves: the session timeout asked for is above what the
+ * server grants, and the lease follows what it grants. */
+START_TEST(options_at_their_maxima_serve)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    int64_t id;
+    test_options(&o, zk.hosts, "/e-max");
+#define SET_MAX(field, lo, hi, dflt) o.field = (hi);
+    SFZ_INT_OPTIONS(SET_MAX)
+#undef SET_MAX
+    o.startup_sleep_ms = 0;
+    o.worker_id = SF_MAX_WORKER_ID;
+    o.datacenter_id = SF_MAX_DATACENTER_ID;
+    o.max_clock_backward_wait_ms = 60000;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    ck_assert_msg(sfz_next_id(h, &id, &err) == SFZ_OK, "%s", err.message);
+    ck_assert_int_eq((id >> SF_WORKER_ID_SHIFT) & SF_MAX_WORKER_ID, SF_MAX_WORKER_ID);
+    ck_assert_int_eq((id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID, SF_MAX_DATACENTER_ID);
+    ck_assert_int_eq(sfz_worker_id(h), SF_MAX_WORKER_ID);
+    ck_assert_int_eq(sfz_datacenter_id(h), SF_MAX_DATACENTER_ID);
+    sfz_stop(h);
+}
+END_TEST
+
 /* No server answers: the start tries start_retries more times, then fails saying so. */
 START_TEST(unreachable_zookeeper_fails_after_retries)
 {
@@ -494,6 +521,7 @@ static Suite *embedded_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bad_options_name_the_option_and_range);
     tcase_add_test(tc, start_serves_and_stop_releases);
+    tcase_add_test(tc, options_at_their_maxima_serve);
     tcase_add_test(tc, unreachable_zookeeper_fails_after_retries);
     tcase_add_test(tc, all_slots_taken_fails);
     tcase_add_test(tc, other_datacenter_holder_is_refused);
