@@ -1,11 +1,13 @@
-/* cli_rpc.c -- `snowflake id`, `ids N` and `info`: ask a running snowflaked
- * through the generated Thrift client (framed transport, binary protocol). */
+/* cli_rpc.c -- `snowflake id`, `ids N`, `info` and `watch`: ask a fleet of snowflaked nodes
+ * through libsnowflake-client, so the tool fails over as any program on the library does:
+ * one node (--host, --port), a list (--servers) or the nodes registered in ZooKeeper
+ * (--zookeeper). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_rpc.h"
-#include "rpc/client.h"
 
+#include "client/snowflake_client.h"
+#include "common/clocks.h"
 #include "lib/snowflake.h"
-#include "rpc/thrift_fix.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,20 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <glib-object.h>
-
-#include "sf_thrift_snowflake.h"
-
 /* What the command line asked for. */
 typedef struct cli_rpc_options {
     const char *host;
     int port;
+    const char *servers;
+    const char *zookeeper;
+    const char *zookeeper_path;
     int timeout_ms;
     const char *agent;
     const char *command;
-    int count; /* ids N */
+    int count;   /* ids N */
+    int seconds; /* watch: 0 = until interrupted */
+    int prefetch;
 } cli_rpc_options;
-
 
 void cli_rpc_usage(FILE *out)
 {
@@ -37,26 +39,41 @@ void cli_rpc_usage(FILE *out)
             "  [CONNECTION] ids N [--agent A]\n"
             "                 ask for N ids (1..%d; the server's max_batch_size may be lower)\n"
             "  [CONNECTION] info\n"
-            "                 print the server's worker id, datacenter id, time (ISO-8601 UTC\n"
-            "                 and Unix ms) and that time's skew from the local clock in ms\n"
+            "                 print a serving node's address, worker id, datacenter id, time\n"
+            "                 (ISO-8601 UTC and Unix ms) and that time's skew from the local\n"
+            "                 clock in ms\n"
+            "  [CONNECTION] watch [--seconds S] [--prefetch N] [--agent A]\n"
+            "                 ask for ids without pause and print, each second, ids/s,\n"
+            "                 failovers, errors and the nodes serving, for S seconds\n"
+            "                 (1..86400; default until interrupted); --prefetch N keeps N ids\n"
+            "                 (1..1000000) fetched ahead\n"
             "\n"
             "Connection options (before the command):\n"
             "  --host H       server address (default %s)\n"
             "  --port P       server port 1..65535 (default %d)\n"
-            "  --timeout-ms T bound the connect and each reply by T ms, 1..600000 (default %d)\n"
-            "Option of id and ids:\n"
+            "  --servers L    a list of nodes, host:port,host:port,... (instead of --host\n"
+            "                 and --port); a call moves to another node when one fails\n"
+            "  --zookeeper Z  the nodes registered in ZooKeeper Z (host:port,...), followed\n"
+            "                 as they join and leave\n"
+            "  --zookeeper-path P\n"
+            "                 where they register (default /snowflake-servers)\n"
+            "  --timeout-ms T bound each command's call by T ms, 1..600000 (default %d); with\n"
+            "                 several nodes, one node's try by T/4 at most\n"
+            "Option of id, ids and watch:\n"
             "  --agent A      the user agent sent (default %s); the server accepts a\n"
             "                 letter followed by letters, digits and '-'\n"
             "\n"
             "The id, ids and info commands exit 1 when the server refuses the request,\n"
-            "2 on bad arguments and 3 when the server cannot be reached or does not answer.\n",
+            "2 on bad arguments and 3 when no node can be reached or none answers.\n",
             CLI_RPC_MAX_IDS, CLI_RPC_DEFAULT_HOST, CLI_RPC_DEFAULT_PORT,
             CLI_RPC_DEFAULT_TIMEOUT_MS, CLI_RPC_DEFAULT_AGENT);
 }
 
 bool cli_rpc_handles(const char *arg)
 {
-    static const char *const words[] = { "id", "ids", "info", "--host", "--port", "--timeout-ms" };
+    static const char *const words[] = { "id", "ids", "info", "watch", "--host", "--port",
+                                         "--timeout-ms", "--servers", "--zookeeper",
+                                         "--zookeeper-path" };
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
         size_t n = strlen(words[i]);
         if (strncmp(arg, words[i], n) == 0 && (arg[n] == '\0' || (arg[0] == '-' && arg[n] == '=')))
@@ -102,43 +119,98 @@ static bool cli_rpc_is_option(const char *arg, const char *name)
     return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
 }
 
+/* An option's integer value in [min, max]; false after naming it and the range. */
+static bool cli_rpc_int_option(int argc, char **argv, int *i, const char *name, long min,
+                               long max, int *out)
+{
+    const char *v = cli_rpc_option_value(argc, argv, i, name);
+    if (v == NULL)
+        return false;
+    if (!cli_rpc_parse_int(v, min, max, out)) {
+        fprintf(stderr, "snowflake: %s '%s' is not valid: allowed %ld..%ld\n", name, v, min, max);
+        return false;
+    }
+    return true;
+}
+
+/* An option's non-empty text; false after saying what was expected. */
+static bool cli_rpc_text_option(int argc, char **argv, int *i, const char *name,
+                                const char *expected, const char **out)
+{
+    const char *v = cli_rpc_option_value(argc, argv, i, name);
+    if (v == NULL)
+        return false;
+    if (*v == '\0') {
+        fprintf(stderr, "snowflake: %s is empty: expected %s\n", name, expected);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* The checks across options, once all are read. */
+static int cli_rpc_check(const cli_rpc_options *opts, bool have_count, bool have_agent,
+                         bool have_host)
+{
+    const char *cmd = opts->command;
+    if (cmd == NULL) {
+        fprintf(stderr, "snowflake: no command given: expected id, ids N, info or watch\n");
+        return CLI_RPC_EXIT_USAGE;
+    }
+    if (strcmp(cmd, "info") == 0 && have_agent) {
+        fprintf(stderr, "snowflake: --agent applies to id, ids and watch, not info\n");
+        return CLI_RPC_EXIT_USAGE;
+    }
+    if (strcmp(cmd, "ids") == 0 && !have_count) {
+        fprintf(stderr, "snowflake: ids needs a count: allowed 1..%d\n", CLI_RPC_MAX_IDS);
+        return CLI_RPC_EXIT_USAGE;
+    }
+    if ((opts->seconds > 0 || opts->prefetch > 0) && strcmp(cmd, "watch") != 0) {
+        fprintf(stderr, "snowflake: --seconds and --prefetch apply to watch only\n");
+        return CLI_RPC_EXIT_USAGE;
+    }
+    if ((opts->servers != NULL) + (opts->zookeeper != NULL) + have_host > 1) {
+        fprintf(stderr, "snowflake: give one of --host/--port, --servers and --zookeeper\n");
+        return CLI_RPC_EXIT_USAGE;
+    }
+    return CLI_RPC_EXIT_OK;
+}
+
 /* Fills opts from argv; returns CLI_RPC_EXIT_OK or CLI_RPC_EXIT_USAGE after
  * naming the bad argument and its allowed range. */
 static int cli_rpc_parse(int argc, char **argv, cli_rpc_options *opts)
 {
-    const char *v;
-    bool have_count = false, have_agent = false;
-    for (int i = 1; i < argc; i++) {
+    bool have_count = false, have_agent = false, have_host = false, ok = true;
+    for (int i = 1; i < argc && ok; i++) {
         const char *arg = argv[i];
         if (cli_rpc_is_option(arg, "--host")) {
-            if ((v = cli_rpc_option_value(argc, argv, &i, "--host")) == NULL)
-                return CLI_RPC_EXIT_USAGE;
-            if (*v == '\0') {
-                fprintf(stderr, "snowflake: --host is empty: expected a host name or address\n");
-                return CLI_RPC_EXIT_USAGE;
-            }
-            opts->host = v;
+            ok = cli_rpc_text_option(argc, argv, &i, "--host", "a host name or address",
+                                     &opts->host);
+            have_host = true;
         } else if (cli_rpc_is_option(arg, "--port")) {
-            if ((v = cli_rpc_option_value(argc, argv, &i, "--port")) == NULL)
-                return CLI_RPC_EXIT_USAGE;
-            if (!cli_rpc_parse_int(v, 1, 65535, &opts->port)) {
-                fprintf(stderr, "snowflake: --port '%s' is not valid: allowed 1..65535\n", v);
-                return CLI_RPC_EXIT_USAGE;
-            }
+            ok = cli_rpc_int_option(argc, argv, &i, "--port", 1, 65535, &opts->port);
+            have_host = true;
+        } else if (cli_rpc_is_option(arg, "--servers")) {
+            ok = cli_rpc_text_option(argc, argv, &i, "--servers", "host:port,...",
+                                     &opts->servers);
+        } else if (cli_rpc_is_option(arg, "--zookeeper-path")) {
+            ok = cli_rpc_text_option(argc, argv, &i, "--zookeeper-path", "a ZooKeeper path",
+                                     &opts->zookeeper_path);
+        } else if (cli_rpc_is_option(arg, "--zookeeper")) {
+            ok = cli_rpc_text_option(argc, argv, &i, "--zookeeper", "host:port,...",
+                                     &opts->zookeeper);
         } else if (cli_rpc_is_option(arg, "--timeout-ms")) {
-            if ((v = cli_rpc_option_value(argc, argv, &i, "--timeout-ms")) == NULL)
-                return CLI_RPC_EXIT_USAGE;
-            if (!cli_rpc_parse_int(v, 1, 600000, &opts->timeout_ms)) {
-                fprintf(stderr, "snowflake: --timeout-ms '%s' is not valid: allowed 1..600000\n", v);
-                return CLI_RPC_EXIT_USAGE;
-            }
+            ok = cli_rpc_int_option(argc, argv, &i, "--timeout-ms", 1, 600000, &opts->timeout_ms);
+        } else if (cli_rpc_is_option(arg, "--seconds")) {
+            ok = cli_rpc_int_option(argc, argv, &i, "--seconds", 1, 86400, &opts->seconds);
+        } else if (cli_rpc_is_option(arg, "--prefetch")) {
+            ok = cli_rpc_int_option(argc, argv, &i, "--prefetch", 1, 1000000, &opts->prefetch);
         } else if (cli_rpc_is_option(arg, "--agent")) {
-            if ((v = cli_rpc_option_value(argc, argv, &i, "--agent")) == NULL)
-                return CLI_RPC_EXIT_USAGE;
-            opts->agent = v;
+            ok = cli_rpc_text_option(argc, argv, &i, "--agent", "a user agent", &opts->agent);
             have_agent = true;
         } else if (opts->command == NULL &&
-                   (strcmp(arg, "id") == 0 || strcmp(arg, "ids") == 0 || strcmp(arg, "info") == 0)) {
+                   (strcmp(arg, "id") == 0 || strcmp(arg, "ids") == 0 ||
+                    strcmp(arg, "info") == 0 || strcmp(arg, "watch") == 0)) {
             opts->command = arg;
         } else if (opts->command != NULL && strcmp(opts->command, "ids") == 0 && !have_count) {
             if (!cli_rpc_parse_int(arg, 1, CLI_RPC_MAX_IDS, &opts->count)) {
@@ -152,157 +224,119 @@ static int cli_rpc_parse(int argc, char **argv, cli_rpc_options *opts)
             return CLI_RPC_EXIT_USAGE;
         }
     }
-    if (opts->command == NULL) {
-        fprintf(stderr, "snowflake: no command given: expected id, ids N or info\n");
+    if (!ok)
         return CLI_RPC_EXIT_USAGE;
-    }
-    if (strcmp(opts->command, "info") == 0 && have_agent) {
-        fprintf(stderr, "snowflake: --agent applies to id and ids only, not info\n");
-        return CLI_RPC_EXIT_USAGE;
-    }
-    if (strcmp(opts->command, "ids") == 0 && !have_count) {
-        fprintf(stderr, "snowflake: ids needs a count: allowed 1..%d\n", CLI_RPC_MAX_IDS);
-        return CLI_RPC_EXIT_USAGE;
-    }
-    return CLI_RPC_EXIT_OK;
+    return cli_rpc_check(opts, have_count, have_agent, have_host);
 }
 
-/* Connects within the timeout and bounds every later read and write by it, so
- * a host that never answers or a server that never replies cannot hang the tool. False after printing
- * "cannot connect to HOST:PORT: reason". */
-static bool cli_rpc_open(sf_client *conn, const cli_rpc_options *opts)
+/* The exit status and message for a failed library call. */
+static int cli_rpc_failed(const sfc_error *err)
 {
-    char why[256];
-    if (!sf_client_open(conn, opts->host, opts->port, opts->timeout_ms, why, sizeof why)) {
-        fprintf(stderr, "snowflake: cannot connect to %s:%d: %s\n", opts->host, opts->port, why);
-        return false;
+    if (err->code == SFC_ERR_REFUSED || err->code == SFC_ERR_CLOCK) {
+        fprintf(stderr, "snowflake: server refused the request: %s\n", err->message);
+        return CLI_RPC_EXIT_REFUSED;
     }
-    return true;
-}
-
-/* Reports a call that failed without a declared exception: a broken
- * connection, a timeout, or a server-side application error. */
-static int cli_rpc_call_failed(const cli_rpc_options *opts, const char *method, int64_t started_ms,
-                               GError *error)
-{
-    int64_t waited = sf_clock_now_ms() - started_ms;
-    const char *why = error != NULL ? error->message : "unknown error";
-    if (waited >= opts->timeout_ms)
-        fprintf(stderr, "snowflake: %s:%d did not answer %s within %d ms (%s)\n", opts->host,
-                opts->port, method, opts->timeout_ms, why);
-    else
-        fprintf(stderr, "snowflake: %s to %s:%d failed: %s\n", method, opts->host, opts->port, why);
+    if (err->code == SFC_ERR_ARG) {
+        fprintf(stderr, "snowflake: %s\n", err->message);
+        return CLI_RPC_EXIT_USAGE;
+    }
+    fprintf(stderr, "snowflake: %s\n", err->message);
     return CLI_RPC_EXIT_UNREACHABLE;
 }
 
-/* Prints the first declared exception the server sent and frees all of them;
- * returns true if there was one. Every exception type has a message field. */
-#define CLI_RPC_REPORT(ex, label)                                                                  \
-    do {                                                                                           \
-        if ((ex) != NULL) {                                                                        \
-            if (!reported)                                                                         \
-                fprintf(stderr, "snowflake: server refused the request: %s: %s\n", label,         \
-                        (ex)->message != NULL ? (ex)->message : "");                               \
-            reported = true;                                                                       \
-            g_object_unref(ex);                                                                    \
-        }                                                                                          \
-    } while (0)
-
-/* `snowflake id`: one id on one line. */
-static int cli_rpc_id(sf_client *conn, const cli_rpc_options *opts)
+/* `snowflake ids N` and `id`: the ids, one per line, in the server's order. */
+static int cli_rpc_ids(sfc_client *c, const cli_rpc_options *opts)
 {
-    SfThriftInvalidSystemClock *clock_error = NULL;
-    SfThriftInvalidUserAgentError *agent_error = NULL;
-    SfThriftServiceUnavailable *unavailable = NULL;
-    GError *error = NULL;
-    gint64 id = 0;
-    int64_t started = sf_clock_now_ms();
-    if (sf_thrift_snowflake_if_get_id(conn->api, &id, opts->agent, &clock_error, &agent_error,
-                                      &unavailable, &error)) {
-        printf("%" PRId64 "\n", (int64_t)id);
+    sfc_error err;
+    if (strcmp(opts->command, "id") == 0) {
+        int64_t id;
+        if (sfc_next_id(c, &id, NULL, &err) != SFC_OK)
+            return cli_rpc_failed(&err);
+        printf("%" PRId64 "\n", id);
         return CLI_RPC_EXIT_OK;
     }
-    bool reported = false;
-    CLI_RPC_REPORT(clock_error, "InvalidSystemClock");
-    CLI_RPC_REPORT(agent_error, "InvalidUserAgentError");
-    CLI_RPC_REPORT(unavailable, "ServiceUnavailable");
-    if (reported) {
-        g_clear_error(&error);
-        return CLI_RPC_EXIT_REFUSED;
+    int64_t *ids = malloc((size_t)opts->count * sizeof *ids);
+    if (ids == NULL) {
+        fprintf(stderr, "snowflake: out of memory for %d ids\n", opts->count);
+        return CLI_RPC_EXIT_UNREACHABLE;
     }
-    int rc = cli_rpc_call_failed(opts, "get_id", started, error);
-    g_clear_error(&error);
+    int rc = CLI_RPC_EXIT_OK;
+    if (sfc_next_ids(c, ids, opts->count, NULL, &err) != SFC_OK)
+        rc = cli_rpc_failed(&err);
+    else
+        for (int i = 0; i < opts->count; i++)
+            printf("%" PRId64 "\n", ids[i]);
+    free(ids);
     return rc;
 }
 
-/* `snowflake ids N`: N ids, one per line, in the server's order. */
-static int cli_rpc_ids(sf_client *conn, const cli_rpc_options *opts)
+/* `snowflake info`: a serving node's ids and clock. The skew compares the server's time
+ * with the midpoint of the local clock around the call, so the round trip is not skew. */
+static int cli_rpc_info(sfc_client *c)
 {
-    SfThriftInvalidSystemClock *clock_error = NULL;
-    SfThriftInvalidUserAgentError *agent_error = NULL;
-    SfThriftInvalidRequestError *request_error = NULL;
-    SfThriftServiceUnavailable *unavailable = NULL;
-    GError *error = NULL;
-    GArray *ids = g_array_new(FALSE, FALSE, sizeof(gint64));
-    int64_t started = sf_clock_now_ms();
-    if (sf_thrift_snowflake_if_get_ids(conn->api, &ids, opts->agent, opts->count, &clock_error,
-                                       &agent_error, &request_error, &unavailable, &error)) {
-        int rc = CLI_RPC_EXIT_OK;
-        if (ids->len != (guint)opts->count) {
-            fprintf(stderr, "snowflake: asked %s:%d for %d ids but got %u\n", opts->host,
-                    opts->port, opts->count, ids->len);
-            rc = CLI_RPC_EXIT_UNREACHABLE;
-        }
-        for (guint i = 0; i < ids->len; i++)
-            printf("%" PRId64 "\n", (int64_t)g_array_index(ids, gint64, i));
-        g_array_unref(ids);
-        return rc;
-    }
-    g_array_unref(ids);
-    bool reported = false;
-    CLI_RPC_REPORT(clock_error, "InvalidSystemClock");
-    CLI_RPC_REPORT(agent_error, "InvalidUserAgentError");
-    CLI_RPC_REPORT(request_error, "InvalidRequestError");
-    CLI_RPC_REPORT(unavailable, "ServiceUnavailable");
-    if (reported) {
-        g_clear_error(&error);
-        return CLI_RPC_EXIT_REFUSED;
-    }
-    int rc = cli_rpc_call_failed(opts, "get_ids", started, error);
-    g_clear_error(&error);
-    return rc;
-}
-
-/* `snowflake info`: the server's ids and clock. The skew compares the
- * server's time with the midpoint of the local clock around the call, so the
- * round trip does not count as skew. */
-static int cli_rpc_info(sf_client *conn, const cli_rpc_options *opts)
-{
-    GError *error = NULL;
-    gint64 worker_id = 0, datacenter_id = 0, server_ms = 0;
-    int64_t started = sf_clock_now_ms();
-    if (!sf_thrift_snowflake_if_get_worker_id(conn->api, &worker_id, &error))
-        goto failed;
-    if (!sf_thrift_snowflake_if_get_datacenter_id(conn->api, &datacenter_id, &error))
-        goto failed;
-    int64_t before = sf_clock_now_ms();
-    if (!sf_thrift_snowflake_if_get_timestamp(conn->api, &server_ms, &error))
-        goto failed;
-    int64_t after = sf_clock_now_ms();
+    sfc_node_info info;
+    sfc_error err;
+    if (sfc_node_info_get(c, &info, &err) != SFC_OK)
+        return cli_rpc_failed(&err);
     char when[SF_ISO8601_MAX];
-    sf_format_iso8601(server_ms, when, sizeof when);
-    printf("server          %s:%d\n", opts->host, opts->port);
-    printf("worker_id       %" PRId64 "\n", (int64_t)worker_id);
-    printf("datacenter_id   %" PRId64 "\n", (int64_t)datacenter_id);
+    sf_format_iso8601(info.timestamp_ms, when, sizeof when);
+    printf("server          %s\n", info.server);
+    printf("worker_id       %" PRId64 "\n", info.worker_id);
+    printf("datacenter_id   %" PRId64 "\n", info.datacenter_id);
     printf("server_time     %s\n", when);
-    printf("server_time_ms  %" PRId64 "\n", (int64_t)server_ms);
-    printf("skew_ms         %" PRId64 "\n", (int64_t)server_ms - (before + (after - before) / 2));
-    printf("round_trip_ms   %" PRId64 "\n", after - before);
+    printf("server_time_ms  %" PRId64 "\n", info.timestamp_ms);
+    printf("skew_ms         %" PRId64 "\n", info.skew_ms);
+    printf("round_trip_ms   %" PRId64 "\n", info.round_trip_ms);
     return CLI_RPC_EXIT_OK;
-failed:;
-    int rc = cli_rpc_call_failed(opts, "info", started, error);
-    g_clear_error(&error);
-    return rc;
+}
+
+static volatile sig_atomic_t cli_rpc_interrupted;
+
+static void cli_rpc_on_signal(int sig)
+{
+    (void)sig;
+    cli_rpc_interrupted = 1;
+}
+
+/* `snowflake watch`: asks without pause and prints a line a second, for an operator
+ * checking a fleet: what got through, what moved to another node, what failed and why. */
+static int cli_rpc_watch(sfc_client *c, const cli_rpc_options *opts)
+{
+    struct sigaction sa = {.sa_handler = cli_rpc_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    printf("%-24s %10s %9s %7s %8s  %s\n", "time (UTC)", "ids/s", "failovers", "errors",
+           "serving", "last error");
+    fflush(stdout);
+    sfc_stats before, now;
+    sfc_get_stats(c, &before);
+    int64_t start = sf_clocks_mono_ms(), next = start + 1000;
+    uint64_t errors_total = 0;
+    char last_error[SFC_ERROR_MAX] = "";
+    int seconds = 0;
+    while (!cli_rpc_interrupted && (opts->seconds == 0 || seconds < opts->seconds)) {
+        int64_t id;
+        sfc_error err;
+        if (sfc_next_id(c, &id, NULL, &err) != SFC_OK) {
+            errors_total++;
+            snprintf(last_error, sizeof last_error, "%s", err.message);
+        }
+        if (sf_clocks_mono_ms() < next)
+            continue;
+        next += 1000;
+        seconds++;
+        sfc_get_stats(c, &now);
+        char when[SF_ISO8601_MAX];
+        sf_format_iso8601(sf_clock_now_ms(), when, sizeof when);
+        printf("%-24s %10" PRIu64 " %9" PRIu64 " %7" PRIu64 " %4d/%-3d  %s\n", when,
+               now.ids - before.ids, now.failovers - before.failovers,
+               now.errors - before.errors, now.servers_up, now.servers, last_error);
+        fflush(stdout);
+        last_error[0] = '\0';
+        before = now;
+    }
+    return errors_total > 0 ? CLI_RPC_EXIT_UNREACHABLE : CLI_RPC_EXIT_OK;
 }
 
 int cli_rpc_main(int argc, char **argv)
@@ -313,22 +347,34 @@ int cli_rpc_main(int argc, char **argv)
         .timeout_ms = CLI_RPC_DEFAULT_TIMEOUT_MS,
         .agent = CLI_RPC_DEFAULT_AGENT,
     };
-    sf_thrift_fix_transport(); /* a reset peer fails the call with the send's error */
     int rc = cli_rpc_parse(argc, argv, &opts);
     if (rc != CLI_RPC_EXIT_OK)
         return rc;
-    /* A server that closes the connection must give an error, not kill the tool. */
-    signal(SIGPIPE, SIG_IGN);
-    sf_client conn;
-    if (!cli_rpc_open(&conn, &opts))
-        return CLI_RPC_EXIT_UNREACHABLE;
-    if (strcmp(opts.command, "id") == 0)
-        rc = cli_rpc_id(&conn, &opts);
-    else if (strcmp(opts.command, "ids") == 0)
-        rc = cli_rpc_ids(&conn, &opts);
+    char one[SFC_SERVER_MAX + 8];
+    bool v6 = strchr(opts.host, ':') != NULL;
+    snprintf(one, sizeof one, v6 ? "[%s]:%d" : "%s:%d", opts.host, opts.port);
+    sfc_options o;
+    sfc_options_init(&o);
+    o.servers = opts.zookeeper != NULL ? NULL : opts.servers != NULL ? opts.servers : one;
+    o.zookeeper_hosts = opts.zookeeper;
+    if (opts.zookeeper_path != NULL)
+        o.worker_id_path = opts.zookeeper_path;
+    o.agent = opts.agent;
+    o.timeout_ms = opts.timeout_ms;
+    o.try_timeout_ms = opts.timeout_ms / 4 > 0 ? opts.timeout_ms / 4 : 1;
+    o.prefetch = opts.prefetch;
+    sfc_set_zookeeper_logging(false);
+    sfc_error err;
+    sfc_client *c = sfc_open(&o, &err);
+    if (c == NULL)
+        return cli_rpc_failed(&err);
+    if (strcmp(opts.command, "info") == 0)
+        rc = cli_rpc_info(c);
+    else if (strcmp(opts.command, "watch") == 0)
+        rc = cli_rpc_watch(c, &opts);
     else
-        rc = cli_rpc_info(&conn, &opts);
-    sf_client_close(&conn);
+        rc = cli_rpc_ids(c, &opts);
+    sfc_close(c);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "snowflake: cannot write the result: %s\n", strerror(errno));
         return CLI_RPC_EXIT_UNREACHABLE;

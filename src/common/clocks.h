@@ -35,6 +35,14 @@ static inline uint64_t sf_clocks_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A CLOCK_MONOTONIC time in ms as the timespec pthread_cond_timedwait takes (for conditions
+ * set to CLOCK_MONOTONIC, so waits do not jump with the wall clock). */
+static inline struct timespec sf_clocks_mono_timespec(int64_t mono_ms)
+{
+    struct timespec ts = {.tv_sec = mono_ms / 1000, .tv_nsec = (mono_ms % 1000) * 1000000};
+    return ts;
+}
+
 /* Milliseconds on CLOCK_BOOTTIME: the clock of every lease. Unlike CLOCK_MONOTONIC it runs on
  * while the machine is suspended, and ZooKeeper's session clock runs on meanwhile too. */
 static inline int64_t sf_clocks_boot_ms(void)

@@ -11,7 +11,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: $1"; }
 tmp=$(mktemp -d /tmp/sf-man-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-for page in snowflaked.8 snowflake.1 snowflake-zk.8 snowflake.conf.5 snowflake_zk.3; do
+for page in snowflaked.8 snowflake.1 snowflake-zk.8 snowflake.conf.5 snowflake_zk.3 snowflake_client.3; do
   f="$top_builddir/man/$page"
   name=${page%.*}
   if [ ! -s "$f" ]; then bad "$page was not built"; continue; fi

@@ -1,0 +1,265 @@
+/* calls.c -- one call to the fleet: pick a node, take a pooled connection, ask, and on a
+ * failure that another node may not share move on, within the call's deadline. What each
+ * node said is kept, so a call that fails everywhere says where and why. */
+#define _POSIX_C_SOURCE 200809L
+#include "client_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clocks.h"
+#include "lib/snowflake.h"
+#include "sf_thrift_snowflake.h"
+
+/* How a try on one node ended. */
+typedef enum {
+    SFC_TRY_OK,
+    SFC_TRY_BROKEN,      /* the connection broke: reset, closed, a bad frame */
+    SFC_TRY_TIMEOUT,     /* no answer within the try's timeout */
+    SFC_TRY_UNAVAILABLE, /* ServiceUnavailable: not serving now */
+    SFC_TRY_CLOCK,       /* InvalidSystemClock */
+    SFC_TRY_REFUSED      /* the caller's error: not worth another node */
+} sfc_outcome;
+
+/* What is asked: get_id (count 0), get_ids(count), or the node's identity (info). */
+typedef struct sfc_request {
+    const char *agent;
+    int count;
+    int64_t *ids;
+    sfc_node_info *info;
+    const char *method;
+} sfc_request;
+
+/* Turns the declared exceptions of a call into an outcome and a reason, freeing them. */
+static sfc_outcome sfc_exceptions(SfThriftInvalidSystemClock *clock,
+                                  SfThriftInvalidUserAgentError *agent,
+                                  SfThriftInvalidRequestError *request,
+                                  SfThriftServiceUnavailable *unavailable, const char *server,
+                                  char *why, size_t len)
+{
+    sfc_outcome out = SFC_TRY_BROKEN;
+    if (clock != NULL) {
+        snprintf(why, len, "%s: InvalidSystemClock: %s", server, clock->message);
+        out = SFC_TRY_CLOCK;
+    } else if (agent != NULL) {
+        snprintf(why, len, "InvalidUserAgentError: %s (from %s)", agent->message, server);
+        out = SFC_TRY_REFUSED;
+    } else if (request != NULL) {
+        snprintf(why, len, "InvalidRequestError: %s (from %s)", request->message, server);
+        out = SFC_TRY_REFUSED;
+    } else if (unavailable != NULL) {
+        snprintf(why, len, "%s is not serving: ServiceUnavailable: %s", server,
+                 unavailable->message);
+        out = SFC_TRY_UNAVAILABLE;
+    }
+    if (clock != NULL)
+        g_object_unref(clock);
+    if (agent != NULL)
+        g_object_unref(agent);
+    if (request != NULL)
+        g_object_unref(request);
+    if (unavailable != NULL)
+        g_object_unref(unavailable);
+    return out;
+}
+
+/* A call that failed with no declared exception: the transport. */
+static sfc_outcome sfc_transport_failed(const char *server, const char *method, int timeout_ms,
+                                        int64_t started, GError **error, char *why, size_t len)
+{
+    const char *msg = *error != NULL ? (*error)->message : "unknown error";
+    sfc_outcome out = SFC_TRY_BROKEN;
+    if (sf_clocks_mono_ms() - started >= timeout_ms) {
+        snprintf(why, len, "%s did not answer %s within %d ms (%s)", server, method, timeout_ms,
+                 msg);
+        out = SFC_TRY_TIMEOUT;
+    } else {
+        snprintf(why, len, "%s to %s failed: %s", method, server, msg);
+    }
+    g_clear_error(error);
+    return out;
+}
+
+/* Asks one node over conn. */
+static sfc_outcome sfc_try(sfc_conn *conn, const char *server, sfc_request *r, char *why,
+                           size_t len)
+{
+    SfThriftSnowflakeIf *api = conn->rpc.api;
+    SfThriftInvalidSystemClock *clock = NULL;
+    SfThriftInvalidUserAgentError *agent = NULL;
+    SfThriftInvalidRequestError *request = NULL;
+    SfThriftServiceUnavailable *unavailable = NULL;
+    GError *error = NULL;
+    int64_t started = sf_clocks_mono_ms();
+    gboolean ok;
+    if (r->info != NULL) {
+        gint64 worker = 0, datacenter = 0, ts = 0;
+        ok = sf_thrift_snowflake_if_get_worker_id(api, &worker, &error) &&
+             sf_thrift_snowflake_if_get_datacenter_id(api, &datacenter, &error);
+        int64_t before = sf_clocks_mono_ms(), wall_before = sf_clock_now_ms();
+        ok = ok && sf_thrift_snowflake_if_get_timestamp(api, &ts, &error);
+        if (ok) {
+            int64_t rtt = sf_clocks_mono_ms() - before;
+            r->info->worker_id = worker;
+            r->info->datacenter_id = datacenter;
+            r->info->timestamp_ms = ts;
+            r->info->round_trip_ms = rtt;
+            r->info->skew_ms = ts - (wall_before + rtt / 2);
+        }
+    } else if (r->count == 0) {
+        gint64 id = 0;
+        ok = sf_thrift_snowflake_if_get_id(api, &id, r->agent, &clock, &agent, &unavailable,
+                                           &error);
+        if (ok)
+            r->ids[0] = id;
+    } else {
+        GArray *batch = g_array_sized_new(FALSE, FALSE, sizeof(gint64), (guint)r->count);
+        ok = sf_thrift_snowflake_if_get_ids(api, &batch, r->agent, r->count, &clock, &agent,
+                                            &request, &unavailable, &error);
+        if (ok && batch->len != (guint)r->count) {
+            snprintf(why, len, "%s answered get_ids(%d) with %u ids", server, r->count,
+                     batch->len);
+            g_array_unref(batch);
+            return SFC_TRY_BROKEN;
+        }
+        if (ok)
+            memcpy(r->ids, batch->data, (size_t)r->count * sizeof(int64_t));
+        g_array_unref(batch);
+    }
+    if (ok)
+        return SFC_TRY_OK;
+    if (clock != NULL || agent != NULL || request != NULL || unavailable != NULL) {
+        g_clear_error(&error);
+        return sfc_exceptions(clock, agent, request, unavailable, server, why, len);
+    }
+    return sfc_transport_failed(server, r->method, conn->timeout_ms, started, &error, why, len);
+}
+
+/* Appends one node's reason to the call's list of them. */
+static void sfc_add_reason(char *reasons, size_t len, const char *why)
+{
+    size_t used = strlen(reasons);
+    if (used + 1 >= len)
+        return;
+    snprintf(reasons + used, len - used, "%s%s", used > 0 ? "; " : "", why);
+}
+
+/* The failover loop: each node at most once per call (a broken pooled connection gets one
+ * fresh one on the same node first: a node that closed an idle connection is not down). */
+static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *call,
+                   sfc_error *err)
+{
+    enum { MAX_TRIES = 64 };
+    sfc_pool *p = &c->pool;
+    sfc_server *tried[MAX_TRIES];
+    int ntried = 0, clock_errors = 0, other_errors = 0;
+    bool fresh_used = false;
+    char reasons[SFC_ERROR_MAX - 100] = "";
+    char why[512];
+    while (ntried < MAX_TRIES) {
+        sfc_server *s = sfc_pool_pick(p, tried, ntried, deadline, why, sizeof why);
+        if (s == NULL) {
+            if (ntried == 0)
+                sfc_add_reason(reasons, sizeof reasons, why);
+            break;
+        }
+        tried[ntried++] = s;
+        sfc_outcome out;
+        do {
+            int64_t left = deadline - sf_clocks_mono_ms();
+            if (left <= 0) {
+                snprintf(why, sizeof why, "%s not tried: the deadline passed", s->name);
+                sfc_pool_release(p, s);
+                sfc_add_reason(reasons, sizeof reasons, why);
+                goto failed;
+            }
+            int try_ms = sfc_pool_count(p) <= 1 || left < c->o.try_timeout_ms
+                             ? (int)left : c->o.try_timeout_ms;
+            bool reused, connect_failed;
+            sfc_conn *conn = sfc_pool_take(p, s, try_ms, sf_clocks_mono_ms() + try_ms, &reused,
+                                           &connect_failed, why, sizeof why);
+            if (conn == NULL) {
+                out = connect_failed ? SFC_TRY_BROKEN : SFC_TRY_TIMEOUT;
+                if (connect_failed)
+                    sfc_pool_failed(p, s, why, true);
+                break;
+            }
+            out = sfc_try(conn, s->name, r, why, sizeof why);
+            if (out == SFC_TRY_BROKEN || out == SFC_TRY_TIMEOUT) {
+                sfc_pool_discard(p, s, conn);
+                if (out == SFC_TRY_BROKEN && reused && !fresh_used) {
+                    fresh_used = true;
+                    continue;
+                }
+                sfc_pool_failed(p, s, why, true);
+            } else {
+                sfc_pool_give(p, s, conn);
+                if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED)
+                    sfc_pool_succeeded(p, s);
+                else
+                    sfc_pool_failed(p, s, why, false);
+            }
+            break;
+        } while (true);
+        if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED) {
+            if (call != NULL) {
+                snprintf(call->server, sizeof call->server, "%s", s->name);
+                call->tries = ntried;
+                call->failovers = ntried - 1;
+            }
+            atomic_fetch_add(&c->failovers, (uint_fast64_t)(ntried - 1));
+            sfc_pool_release(p, s);
+            if (out == SFC_TRY_REFUSED) {
+                atomic_fetch_add(&c->errors, 1);
+                return sfc_fail(err, SFC_ERR_REFUSED, "%s", why);
+            }
+            return SFC_OK;
+        }
+        sfc_pool_release(p, s);
+        sfc_add_reason(reasons, sizeof reasons, why);
+        if (out == SFC_TRY_CLOCK) {
+            if (++clock_errors >= 2)
+                break;
+        } else {
+            other_errors++;
+        }
+    }
+failed:
+    atomic_fetch_add(&c->errors, 1);
+    if (call != NULL) {
+        call->server[0] = '\0';
+        call->tries = ntried;
+        call->failovers = ntried > 0 ? ntried - 1 : 0;
+    }
+    if (clock_errors > 0 && other_errors == 0)
+        return sfc_fail(err, SFC_ERR_CLOCK, "%s", reasons);
+    return sfc_fail(err, SFC_ERR_UNAVAILABLE, "no node gave %s within %d ms (%d tried): %s",
+                    r->method, c->o.timeout_ms, ntried, reasons);
+}
+
+int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, sfc_call *call,
+                 sfc_error *err)
+{
+    sfc_request r = {.agent = c->agent, .count = count, .ids = ids,
+                     .method = count == 0 ? "get_id" : "get_ids"};
+    int rc = sfc_run(c, &r, deadline, call, err);
+    if (rc == SFC_OK) {
+        atomic_fetch_add(&c->calls, 1);
+        atomic_fetch_add(&c->ids, (uint_fast64_t)(count == 0 ? 1 : count));
+    }
+    return rc;
+}
+
+int sfc_node_info_get(sfc_client *c, sfc_node_info *info, sfc_error *err)
+{
+    if (c == NULL || info == NULL)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_node_info_get: the client and info must be given");
+    memset(info, 0, sizeof *info);
+    sfc_request r = {.info = info, .method = "get_timestamp"};
+    sfc_call call;
+    int rc = sfc_run(c, &r, sf_clocks_mono_ms() + c->o.timeout_ms, &call, err);
+    if (rc == SFC_OK)
+        snprintf(info->server, sizeof info->server, "%s", call.server);
+    return rc;
+}

@@ -1,0 +1,295 @@
+/* client.c -- libsnowflake-client's handle: checks the options, wires the pool to its list
+ * (fixed, or watched in ZooKeeper) and the prefetch buffer, and adds up the counters. */
+#define _POSIX_C_SOURCE 200809L
+#include "client_internal.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clocks.h"
+#include "common/zkpath.h"
+#include "lib/snowflake.h"
+#include "rpc/thrift_fix.h"
+
+#define SFC_DEFAULT_PATH "/snowflake-servers"
+#define SFC_DEFAULT_AGENT "snowflake-client"
+#define SFC_MAX_IDS 1000000
+
+int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void sfc_options_init(sfc_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->worker_id_path = SFC_DEFAULT_PATH;
+    o->zookeeper_session_timeout_ms = 10000;
+    o->agent = SFC_DEFAULT_AGENT;
+    o->timeout_ms = 1000;
+    o->try_timeout_ms = 250;
+    o->connections_per_server = 4;
+    o->backoff_ms = 100;
+    o->backoff_max_ms = 5000;
+    o->prefetch = 0;
+    o->prefetch_batch = 1000;
+    o->max_id_age_ms = 1000;
+    o->epoch_ms = SF_TWITTER_EPOCH_MS;
+}
+
+/* One integer option within [min, max], or an error naming it and the range. */
+static bool sfc_check_range(const char *name, int64_t v, int64_t min, int64_t max,
+                            sfc_error *err)
+{
+    if (v >= min && v <= max)
+        return true;
+    sfc_fail(err, SFC_ERR_ARG, "%s = %lld is out of range: allowed %lld..%lld", name,
+             (long long)v, (long long)min, (long long)max);
+    return false;
+}
+
+/* Every option, as the header states them. */
+static bool sfc_check_options(const sfc_options *o, sfc_error *err)
+{
+    bool list = o->servers != NULL && o->servers[0] != '\0';
+    bool zk = o->zookeeper_hosts != NULL && o->zookeeper_hosts[0] != '\0';
+    if (list == zk) {
+        sfc_fail(err, SFC_ERR_ARG, "give exactly one of servers (host:port,...) and "
+                 "zookeeper_hosts; %s", list ? "both are set" : "neither is set");
+        return false;
+    }
+    const char *why = NULL;
+    if (zk && (o->worker_id_path == NULL || !sf_zkpath_valid(o->worker_id_path, &why))) {
+        sfc_fail(err, SFC_ERR_ARG, "worker_id_path '%s' is not valid: %s",
+                 o->worker_id_path != NULL ? o->worker_id_path : "(null)",
+                 why != NULL ? why : "it is not set");
+        return false;
+    }
+    if (o->agent == NULL || !sf_useragent_valid(o->agent)) {
+        sfc_fail(err, SFC_ERR_ARG, "agent '%s' is not valid: a letter, then letters, digits "
+                 "and '-'", o->agent != NULL ? o->agent : "(null)");
+        return false;
+    }
+    return sfc_check_range("zookeeper_session_timeout_ms", o->zookeeper_session_timeout_ms,
+                           1000, 600000, err) &&
+           sfc_check_range("timeout_ms", o->timeout_ms, 1, 600000, err) &&
+           sfc_check_range("try_timeout_ms", o->try_timeout_ms, 1, o->timeout_ms, err) &&
+           sfc_check_range("connections_per_server", o->connections_per_server, 1, 1024, err) &&
+           sfc_check_range("backoff_ms", o->backoff_ms, 1, 60000, err) &&
+           sfc_check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_ms, 600000, err) &&
+           sfc_check_range("prefetch", o->prefetch, 0, 1000000, err) &&
+           sfc_check_range("prefetch_batch", o->prefetch_batch, 1, 100000, err) &&
+           sfc_check_range("max_id_age_ms", o->max_id_age_ms, 1, 60000, err) &&
+           sfc_check_range("epoch_ms", o->epoch_ms, 0, SF_MAX_EPOCH_MS, err);
+}
+
+/* Splits the servers option into the pool's list, refusing a bad entry by name. */
+static bool sfc_set_fixed_list(sfc_client *c, sfc_error *err)
+{
+    char *copy = strdup(c->servers);
+    int cap = 1;
+    for (const char *s = c->servers; *s != '\0'; s++)
+        cap += *s == ',';
+    const char **names = calloc((size_t)cap, sizeof *names);
+    if (copy == NULL || names == NULL) {
+        free(copy);
+        free(names);
+        sfc_fail(err, SFC_ERR_NOMEM, "out of memory for the server list");
+        return false;
+    }
+    int n = 0;
+    bool ok = true;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok != NULL && ok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char host[SFC_SERVER_MAX], why[300];
+        int port;
+        if (!sfc_pool_parse_server(tok, host, sizeof host, &port, why, sizeof why)) {
+            sfc_fail(err, SFC_ERR_ARG, "servers: %s", why);
+            ok = false;
+        }
+        names[n++] = tok;
+    }
+    if (ok && n == 0) {
+        sfc_fail(err, SFC_ERR_ARG, "servers '%s' names no host:port", c->servers);
+        ok = false;
+    }
+    if (ok && !sfc_pool_set_servers(&c->pool, names, n)) {
+        sfc_fail(err, SFC_ERR_NOMEM, "out of memory for the server list");
+        ok = false;
+    }
+    free(names);
+    free(copy);
+    return ok;
+}
+
+static void sfc_on_list(void *ctx, const char *const *servers, int n)
+{
+    sfc_client *c = ctx;
+    sfc_pool_set_servers(&c->pool, servers, n);
+}
+
+static void sfc_on_why(void *ctx, const char *why)
+{
+    sfc_client *c = ctx;
+    sfc_pool_set_why_no_list(&c->pool, why);
+}
+
+static int sfc_fetch(void *ctx, int64_t *ids, int count, sfc_error *err)
+{
+    sfc_client *c = ctx;
+    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, NULL, err);
+}
+
+sfc_client *sfc_open(const sfc_options *o, sfc_error *err)
+{
+    if (o == NULL) {
+        sfc_fail(err, SFC_ERR_ARG, "sfc_open: no options given (see sfc_options_init)");
+        return NULL;
+    }
+    if (!sfc_check_options(o, err))
+        return NULL;
+    sfc_client *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        sfc_fail(err, SFC_ERR_NOMEM, "out of memory for a client");
+        return NULL;
+    }
+    c->o = *o;
+    c->agent = strdup(o->agent);
+    c->worker_id_path = strdup(o->worker_id_path != NULL ? o->worker_id_path : SFC_DEFAULT_PATH);
+    c->servers = o->servers != NULL ? strdup(o->servers) : NULL;
+    c->zookeeper_hosts = o->zookeeper_hosts != NULL ? strdup(o->zookeeper_hosts) : NULL;
+    if (c->agent == NULL || c->worker_id_path == NULL ||
+        (o->servers != NULL && c->servers == NULL) ||
+        (o->zookeeper_hosts != NULL && c->zookeeper_hosts == NULL)) {
+        sfc_fail(err, SFC_ERR_NOMEM, "out of memory for a client");
+        goto fail_strings;
+    }
+    /* A node that closes a connection must fail the call, not kill the program; a reset
+     * must report the send's error. */
+    signal(SIGPIPE, SIG_IGN);
+    sf_thrift_fix_transport();
+    char why[400];
+    if (!sfc_pool_init(&c->pool, o, why, sizeof why)) {
+        sfc_fail(err, SFC_ERR_NOMEM, "%s", why);
+        goto fail_strings;
+    }
+    if (c->servers != NULL && c->servers[0] != '\0') {
+        if (!sfc_set_fixed_list(c, err))
+            goto fail_pool;
+    } else {
+        c->discover = sfc_discover_start(c->zookeeper_hosts, c->worker_id_path,
+                                         o->zookeeper_session_timeout_ms, sfc_on_list,
+                                         sfc_on_why, c, why, sizeof why);
+        if (c->discover == NULL) {
+            sfc_fail(err, SFC_ERR_ARG, "%s", why);
+            goto fail_pool;
+        }
+    }
+    if (o->prefetch > 0) {
+        int batch = o->prefetch_batch < o->prefetch ? o->prefetch_batch : o->prefetch;
+        c->prefetch = sfc_prefetch_start(o->prefetch, batch, o->max_id_age_ms, o->epoch_ms,
+                                         sfc_fetch, c, why, sizeof why);
+        if (c->prefetch == NULL) {
+            sfc_fail(err, SFC_ERR_NOMEM, "%s", why);
+            goto fail_discover;
+        }
+    }
+    return c;
+fail_discover:
+    if (c->discover != NULL)
+        sfc_discover_stop(c->discover);
+fail_pool:
+    sfc_pool_destroy(&c->pool);
+fail_strings:
+    free(c->agent);
+    free(c->worker_id_path);
+    free(c->servers);
+    free(c->zookeeper_hosts);
+    free(c);
+    return NULL;
+}
+
+int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
+{
+    if (c == NULL || id == NULL)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
+    int64_t deadline = sf_clocks_mono_ms() + c->o.timeout_ms;
+    if (c->prefetch != NULL) {
+        int got = sfc_prefetch_take(c->prefetch, id, deadline, err);
+        if (got == 1) {
+            if (call != NULL) {
+                call->server[0] = '\0';
+                call->tries = call->failovers = 0;
+            }
+            atomic_fetch_add(&c->calls, 1);
+            atomic_fetch_add(&c->ids, 1);
+            return SFC_OK;
+        }
+        if (got == 0) {
+            atomic_fetch_add(&c->errors, 1);
+            return err != NULL ? err->code : SFC_ERR_UNAVAILABLE;
+        }
+        /* nothing young enough arrived: ask a node directly, in the time left */
+    }
+    return sfc_call_ids(c, id, 0, deadline, call, err);
+}
+
+int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_error *err)
+{
+    if (c == NULL || ids == NULL)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_ids: the client and ids must be given");
+    if (count < 1 || count > SFC_MAX_IDS)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_ids: count %d is out of range: allowed "
+                        "1..%d", count, SFC_MAX_IDS);
+    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, call, err);
+}
+
+void sfc_get_stats(sfc_client *c, sfc_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->calls = atomic_load(&c->calls);
+    s->ids = atomic_load(&c->ids);
+    s->failovers = atomic_load(&c->failovers);
+    s->errors = atomic_load(&c->errors);
+    if (c->prefetch != NULL)
+        sfc_prefetch_counts(c->prefetch, &s->prefetched, &s->prefetch_stale, &s->prefetch_misses);
+    s->servers = sfc_pool_list(&c->pool, NULL, 0, &s->servers_up);
+}
+
+int sfc_list_servers(sfc_client *c, sfc_server_state *out, int max)
+{
+    int up;
+    return sfc_pool_list(&c->pool, out, out != NULL && max > 0 ? max : 0, &up);
+}
+
+void sfc_close(sfc_client *c)
+{
+    if (c == NULL)
+        return;
+    if (c->prefetch != NULL)
+        sfc_prefetch_stop(c->prefetch);
+    if (c->discover != NULL)
+        sfc_discover_stop(c->discover);
+    sfc_pool_destroy(&c->pool);
+    free(c->agent);
+    free(c->worker_id_path);
+    free(c->servers);
+    free(c->zookeeper_hosts);
+    free(c);
+}
+
+void sfc_set_zookeeper_logging(bool verbose)
+{
+    sfc_discover_set_logging(verbose);
+}

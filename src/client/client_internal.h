@@ -1,0 +1,35 @@
+/* client_internal.h -- the parts of a libsnowflake-client handle its modules share: the pool,
+ * the ZooKeeper watch, the prefetch buffer, the counters, and the failover call they all use. */
+#ifndef SFC_CLIENT_INTERNAL_H
+#define SFC_CLIENT_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "discover.h"
+#include "pool.h"
+#include "prefetch.h"
+#include "snowflake_client.h"
+
+struct sfc_client {
+    sfc_options o;
+    char *servers;        /* copies of the options' strings */
+    char *zookeeper_hosts;
+    char *worker_id_path;
+    char *agent;
+    sfc_pool pool;
+    sfc_discover *discover; /* NULL with a fixed list */
+    sfc_prefetch *prefetch; /* NULL with prefetch off */
+    atomic_uint_fast64_t calls, ids, failovers, errors;
+};
+
+/* Asks a node for count ids (get_id when count is 0, one id) with failover until deadline
+ * (CLOCK_MONOTONIC ms); counts the call. ids has room for max(count, 1). */
+int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, sfc_call *call,
+                 sfc_error *err);
+
+/* Fills err (if not NULL) with code and a formatted message; returns code. */
+int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

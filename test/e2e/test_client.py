@@ -1,0 +1,295 @@
+#!/usr/bin/python3
+"""test_client.py -- libsnowflake-client against real snowflaked nodes and a real ZooKeeper,
+through test/tools/client_drive (one client, driven a command at a time) and the `snowflake`
+CLI: failover on each kind of failure (a killed node, a frozen one, ServiceUnavailable,
+InvalidSystemClock), no retry of the caller's own errors, deadlines with every node down,
+discovery following nodes that join, fence and leave, the prefetch buffer's age bound, and
+the CLI's --servers, --zookeeper and watch. Every process is stopped however the test ends."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import sftest
+from sftest import Server, wait_until
+from test_clock import FAKETIME_LIB, FakeClock
+
+DRIVE = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "client_drive")
+ZK = sftest.ZooKeeper()
+SESSION_MS = 2000
+SF_ERR_REFUSED, SF_ERR_CLOCK, SF_ERR_UNAVAILABLE = -3, -4, -5
+
+
+class Drive:
+    """One client_drive process: ask() sends a command and returns its answer's words."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([DRIVE] + list(args), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        first = self.proc.stdout.readline().strip()
+        assert first == "ready", "client_drive did not start: %r" % first
+
+    def ask(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().strip()
+        assert line, "client_drive ended on %r (exit %r)" % (command, self.proc.poll())
+        return line
+
+    def run(self, seconds):
+        line = self.ask("run %d" % seconds)
+        head, _, first_error = line.partition(" first_error=")
+        out = dict(kv.split("=") for kv in head.split()[1:])
+        out = {k: int(v) for k, v in out.items()}
+        out["first_error"] = first_error
+        return out
+
+    def servers(self):
+        words = self.ask("servers").split()
+        return int(words[1]), words[3] if len(words) > 3 else ""
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        assert self.proc.returncode == 0, "client_drive exit %r" % self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def node(worker_id, env=None, args=()):
+    return Server(list(args), env=env, worker_id=worker_id, datacenter_id=3).start()
+
+
+def registered(path, worker_id, args=()):
+    """A node registered in the test's ZooKeeper under path (short session, port closed
+    while it does not serve)."""
+    return Server(["--zookeeper", ZK.hosts, "--set", "snowflake.worker_id_path=%s" % path,
+                   "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS,
+                   "--set", "zookeeper.claim_retries=0",
+                   "--set", "zookeeper.state_interval_ms=200"] + list(args),
+                  worker_id=worker_id, datacenter_id=3, wait_serving=False).start()
+
+
+def hostport(srv):
+    return "127.0.0.1:%d" % srv.port
+
+
+def failover_on_each_failure_kind():
+    """Three nodes; one at a time is killed, frozen, not serving (ServiceUnavailable), or
+    refusing with InvalidSystemClock: the caller sees no error and ids keep coming."""
+    clock = FakeClock()
+    a = node(1, env=clock.env())
+    b = node(2)
+    c = node(4)
+    try:
+        servers = ",".join(hostport(s) for s in (a, b, c))
+        with Drive("--servers", servers, "--timeout-ms", "2000", "--try-timeout-ms", "200",
+                   "--backoff-ms", "100") as d:
+            r = d.run(1)
+            assert r["ids"] > 0 and r["errors"] == 0 and r["dups"] == 0, r
+            # InvalidSystemClock: tried on another node once, not returned.
+            clock.set("-5s")
+            wait_until(lambda: d.ask("id").split()[0] == "ok" and
+                       "failovers=0" not in d.ask("id"), 10, "a failover on InvalidSystemClock")
+            r = d.run(1)
+            assert r["errors"] == 0 and r["ids"] > 0, r
+            clock.set("+0")
+            # kill -9: a closed port and broken pooled connections.
+            c.stop(signal.SIGKILL)
+            r = d.run(2)
+            assert r["errors"] == 0 and r["ids"] > 0 and r["failovers"] > 0, r
+            assert "%s:down" % hostport(c) in d.servers()[1], d.servers()
+            # Frozen: connections accepted, nothing answered.
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            try:
+                r = d.run(2)
+                assert r["errors"] == 0 and r["ids"] > 0, r
+                assert r["max_gap_ms"] < 2000, r  # each stall ends with the try's timeout
+            finally:
+                os.kill(b.proc.pid, signal.SIGCONT)
+            # Back: the prober finds the frozen node serving again after its backoff.
+            wait_until(lambda: "%s:up" % hostport(b) in d.servers()[1], 15,
+                       "the resumed node probed back up")
+            # The caller's own error goes back at once, from the first node asked.
+            words = d.ask("ids 10001").split()
+            assert words[0] == "error" and int(words[1]) == SF_ERR_REFUSED, words
+            assert "InvalidRequestError" in " ".join(words), words
+            d.close()
+    finally:
+        for s in (a, b, c):
+            s.stop()
+        clock.remove()
+
+
+def unavailable_node_is_skipped():
+    """A node that answers ServiceUnavailable (registered, in its start-up sleep, port kept
+    open) is skipped, and a lone one gives SFC_ERR_UNAVAILABLE naming it."""
+    waiting = registered("/client-unavailable", 5,
+                         ["--set", "snowflake.listen_while_not_serving=true",
+                          "--set", "snowflake.startup_sleep_ms=60000"])
+    good = node(6)
+    try:
+        with Drive("--servers", hostport(waiting), "--timeout-ms", "500") as d:
+            words = d.ask("id").split(maxsplit=3)
+            assert words[0] == "error" and int(words[1]) == SF_ERR_UNAVAILABLE, words
+            assert "ServiceUnavailable" in words[3] and hostport(waiting) in words[3], words
+            d.close()
+        with Drive("--servers", "%s,%s" % (hostport(waiting), hostport(good))) as d:
+            r = d.run(1)
+            assert r["errors"] == 0 and r["ids"] > 0, r
+            assert "%s:down" % hostport(waiting) in d.servers()[1], d.servers()
+            d.close()
+    finally:
+        waiting.stop()
+        good.stop()
+
+
+def deadlines_hold_with_every_node_down():
+    """Nothing listening, a listener that never answers, a frozen node: a call returns by
+    its deadline with an error naming every node and why it failed."""
+    closed = sftest.free_port()
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(16)
+    frozen = node(7)
+    os.kill(frozen.proc.pid, signal.SIGSTOP)
+    try:
+        servers = "127.0.0.1:%d,127.0.0.1:%d,%s" % (closed, mute.getsockname()[1],
+                                                   hostport(frozen))
+        with Drive("--servers", servers, "--timeout-ms", "900", "--try-timeout-ms", "250") as d:
+            for _ in range(3):
+                words = d.ask("id").split(maxsplit=3)
+                assert words[0] == "error" and int(words[1]) == SF_ERR_UNAVAILABLE, words
+                ms = int(words[2].split("=")[1])
+                assert ms <= 900 + 300, "a call took %d ms with a 900 ms deadline" % ms
+                assert "cannot connect to 127.0.0.1:%d" % closed in words[3], words
+                assert "did not answer get_id" in words[3], words
+            d.close()
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        frozen.stop()
+        mute.close()
+
+
+def discovery_follows_joins_fences_and_leaves():
+    """--zookeeper: the list follows nodes registering, a node fenced (frozen past its
+    session: its node goes) and coming back, and a node stopping; an embedded holder's node
+    (no Thrift port) is never listed."""
+    path = "/client-discovery"
+    zk = ZK.client()
+    a = b = None
+    try:
+        with Drive("--zookeeper", ZK.hosts, "--path", path, "--timeout-ms", "300") as d:
+            words = d.ask("id").split()
+            assert words[0] == "error", words  # no node registered yet
+            zk.ensure_path(path)
+            zk.create(path + "/9", b"embedded pid=1 host=elsewhere datacenter=3",
+                      ephemeral=True)
+            a = registered(path, 1)
+            wait_until(lambda: d.servers()[1].startswith(hostport(a) + ":"), 15, "a listed")
+            # Listed once it holds its id; its port opens when it serves.
+            wait_until(lambda: d.ask("id").split()[0] == "ok", 15, "an id from a")
+            b = registered(path, 2)
+            wait_until(lambda: d.servers()[0] == 2, 15, "b listed")
+            os.kill(b.proc.pid, signal.SIGSTOP)  # past its session: fenced, its node goes
+            try:
+                wait_until(lambda: d.servers()[0] == 1, 15, "the fenced node unlisted")
+                r = d.run(1)
+                assert r["errors"] == 0 and r["ids"] > 0, r
+            finally:
+                os.kill(b.proc.pid, signal.SIGCONT)
+            wait_until(lambda: d.servers()[0] == 2, 20, "the node back after fencing listed")
+            a.stop()
+            wait_until(lambda: d.servers() == (1, "%s:up" % hostport(b)), 15, "a unlisted")
+            r = d.run(1)
+            assert r["errors"] == 0 and r["ids"] > 0, r
+            d.close()
+    finally:
+        zk.stop()
+        for s in (a, b):
+            if s is not None:
+                s.stop()
+
+
+def prefetch_never_hands_out_old_ids():
+    """--prefetch: ids come from the buffer, each checked against its own timestamp when
+    handed out; after an idle pause the old ones are dropped, not handed out."""
+    srv = node(8)
+    try:
+        with Drive("--servers", hostport(srv), "--prefetch", "20000", "--batch", "5000",
+                   "--max-age-ms", "100") as d:
+            r = d.run(2)
+            assert r["ids"] > 100000 and r["errors"] == 0 and r["dups"] == 0, r
+            assert r["max_age_ms"] <= 100, r
+            time.sleep(0.5)  # the buffer's ids are now too old
+            r = d.run(1)
+            assert r["ids"] > 0 and r["errors"] == 0 and r["max_age_ms"] <= 100, r
+            d.close()
+    finally:
+        srv.stop()
+
+
+def cli_servers_zookeeper_and_watch():
+    """The CLI on the library: a dead node first in --servers, --zookeeper, and watch."""
+    path = "/client-cli"
+    srv = registered(path, 3)
+    try:
+        wait_until(lambda: "serving ids" in srv.log(), 15, "the node serving")
+        cli = sftest.SNOWFLAKE_CLI
+        dead = "127.0.0.1:%d" % sftest.free_port()
+        out = subprocess.run([cli, "--servers", "%s,%s" % (dead, hostport(srv)), "id"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and out.stdout.strip().isdigit(), out
+        out = subprocess.run([cli, "--zookeeper", ZK.hosts, "--zookeeper-path", path, "info"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and "worker_id       3" in out.stdout, out
+        out = subprocess.run([cli, "--zookeeper", ZK.hosts, "--zookeeper-path", path, "watch",
+                              "--seconds", "2"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=30)
+        lines = out.stdout.strip().splitlines()
+        assert out.returncode == 0 and len(lines) == 3, out
+        for line in lines[1:]:
+            words = line.split()
+            assert int(words[1]) > 0 and words[3] == "0" and words[4] == "1/1", line
+        out = subprocess.run([cli, "--servers", dead, "--zookeeper", ZK.hosts, "id"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30)
+        assert out.returncode == 2 and "give one of" in out.stderr, out
+    finally:
+        srv.stop()
+
+
+def main():
+    sftest.require_server()
+    sftest.require_zookeeper_client()
+    if not os.path.exists(FAKETIME_LIB):
+        print("%s is missing: apt-get install faketime" % FAKETIME_LIB)
+        raise SystemExit(1)
+    ZK.start()
+    r = sftest.Runner("test_client")
+    r.run(failover_on_each_failure_kind)
+    r.run(unavailable_node_is_skipped)
+    r.run(deadlines_hold_with_every_node_down)
+    r.run(discovery_follows_joins_fences_and_leaves)
+    r.run(prefetch_never_hands_out_old_ids)
+    r.run(cli_servers_zookeeper_and_watch)
+    r.finish()
+
+
+if __name__ == "__main__":
+    main()
