@@ -175,9 +175,12 @@ sfc_client *sfc_open(const sfc_options *o, sfc_error *err)
         sfc_fail(err, SFC_ERR_NOMEM, "out of memory for a client");
         goto fail_strings;
     }
-    /* A node that closes a connection must fail the call, not kill the program; a reset
+    /* A node that closes a connection must fail the call, not kill the program (Thrift's
+     * socket writes without MSG_NOSIGNAL); a handler the program set is left alone. A reset
      * must report the send's error. */
-    signal(SIGPIPE, SIG_IGN);
+    struct sigaction pipe_action;
+    if (sigaction(SIGPIPE, NULL, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     sf_thrift_fix_transport();
     char why[400];
     if (!sfc_pool_init(&c->pool, o, why, sizeof why)) {

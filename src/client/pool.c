@@ -412,7 +412,7 @@ void sfc_pool_give(sfc_pool *p, sfc_server *s, sfc_conn *c)
     pthread_mutex_lock(&p->lock);
     c->next = s->idle;
     s->idle = c;
-    pthread_cond_signal(&p->changed);
+    pthread_cond_broadcast(&p->changed); /* waiters for other nodes share the condition */
     pthread_mutex_unlock(&p->lock);
 }
 

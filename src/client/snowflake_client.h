@@ -108,7 +108,9 @@ typedef struct sfc_client sfc_client;
 
 /* Checks o (naming any bad option and its range) and starts the client: the node list, or
  * the ZooKeeper watch (whose first answer calls wait for, within their deadline), and the
- * prefetch thread. Connects to nodes only when calls need them. NULL on error. */
+ * prefetch thread. Connects to nodes only when calls need them. NULL on error. SIGPIPE is
+ * set to be ignored unless the program handles it already: a node that closes a connection
+ * fails a call, it must not end the program. */
 sfc_client *sfc_open(const sfc_options *o, sfc_error *err);
 
 /* One id. call (may be NULL) says which node made it and what it took. */
