@@ -210,10 +210,8 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
             }
             atomic_fetch_add(&c->failovers, (uint_fast64_t)(ntried - 1));
             sfc_pool_release(p, s);
-            if (out == SFC_TRY_REFUSED) {
-                atomic_fetch_add(&c->errors, 1);
+            if (out == SFC_TRY_REFUSED)
                 return sfc_fail(err, SFC_ERR_REFUSED, "%s", why);
-            }
             return SFC_OK;
         }
         sfc_pool_release(p, s);
@@ -226,7 +224,6 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
         }
     }
 failed:
-    atomic_fetch_add(&c->errors, 1);
     if (call != NULL) {
         call->server[0] = '\0';
         call->tries = ntried;
@@ -238,15 +235,17 @@ failed:
                     r->method, c->o.timeout_ms, ntried, reasons);
 }
 
-int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, sfc_call *call,
-                 sfc_error *err)
+int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,
+                 sfc_call *call, sfc_error *err)
 {
     sfc_request r = {.agent = c->agent, .count = count, .ids = ids,
                      .method = count == 0 ? "get_id" : "get_ids"};
     int rc = sfc_run(c, &r, deadline, call, err);
-    if (rc == SFC_OK) {
+    if (counted && rc == SFC_OK) {
         atomic_fetch_add(&c->calls, 1);
         atomic_fetch_add(&c->ids, (uint_fast64_t)(count == 0 ? 1 : count));
+    } else if (counted) {
+        atomic_fetch_add(&c->errors, 1);
     }
     return rc;
 }
@@ -261,5 +260,7 @@ int sfc_node_info_get(sfc_client *c, sfc_node_info *info, sfc_error *err)
     int rc = sfc_run(c, &r, sf_clocks_mono_ms() + c->o.timeout_ms, &call, err);
     if (rc == SFC_OK)
         snprintf(info->server, sizeof info->server, "%s", call.server);
+    else
+        atomic_fetch_add(&c->errors, 1);
     return rc;
 }

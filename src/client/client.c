@@ -148,7 +148,7 @@ static void sfc_on_why(void *ctx, const char *why)
 static int sfc_fetch(void *ctx, int64_t *ids, int count, sfc_error *err)
 {
     sfc_client *c = ctx;
-    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, NULL, err);
+    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, false, NULL, err);
 }
 
 sfc_client *sfc_open(const sfc_options *o, sfc_error *err)
@@ -245,7 +245,7 @@ int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
         }
         /* nothing young enough arrived: ask a node directly, in the time left */
     }
-    return sfc_call_ids(c, id, 0, deadline, call, err);
+    return sfc_call_ids(c, id, 0, deadline, true, call, err);
 }
 
 int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_error *err)
@@ -255,7 +255,7 @@ int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_err
     if (count < 1 || count > SFC_MAX_IDS)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_ids: count %d is out of range: allowed "
                         "1..%d", count, SFC_MAX_IDS);
-    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, call, err);
+    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, true, call, err);
 }
 
 void sfc_get_stats(sfc_client *c, sfc_stats *s)

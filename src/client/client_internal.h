@@ -4,6 +4,7 @@
 #define SFC_CLIENT_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "discover.h"
@@ -24,9 +25,10 @@ struct sfc_client {
 };
 
 /* Asks a node for count ids (get_id when count is 0, one id) with failover until deadline
- * (CLOCK_MONOTONIC ms); counts the call. ids has room for max(count, 1). */
-int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, sfc_call *call,
-                 sfc_error *err);
+ * (CLOCK_MONOTONIC ms). ids has room for max(count, 1). A counted call is the caller's:
+ * its ids or its error go into the totals (the prefetch thread's fetches do not). */
+int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,
+                 sfc_call *call, sfc_error *err);
 
 /* Fills err (if not NULL) with code and a formatted message; returns code. */
 int sfc_fail(sfc_error *err, int code, const char *fmt, ...)

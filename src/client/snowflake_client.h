@@ -92,7 +92,7 @@ typedef struct sfc_server_state {
 typedef struct sfc_stats {
     uint64_t calls;           /* sfc_next_id(s) calls that returned ids */
     uint64_t ids;             /* ids returned */
-    uint64_t failovers;       /* moves to another node within a call */
+    uint64_t failovers;       /* moves to another node within a call (prefetching too) */
     uint64_t errors;          /* calls that returned an error */
     uint64_t prefetched;      /* ids handed out from the prefetch buffer */
     uint64_t prefetch_stale;  /* prefetched ids dropped as older than max_id_age_ms */
