@@ -10,9 +10,11 @@
  *   ids N         ok N FIRST LAST server=S ms=M | error ...
  *   servers       servers N up=U NAME:up|down,...   (in the client's order)
  *   run S         calls sfc_next_id for S seconds and answers
- *                 run ids=N errors=E dups=D max_age_ms=A max_gap_ms=G failovers=F
- *                 first_error=MESSAGE   (age: local clock minus the id's timestamp when
- *                 handed out; gap: the longest time between two ids handed out)
+ *                 run ids=N errors=E dups=D max_age_ms=A max_call_age_ms=C max_gap_ms=G
+ *                 failovers=F stale=S first_error=MESSAGE   (age: local clock minus the
+ *                 id's timestamp when the call returned; call age: that less the call's own
+ *                 time, the id's age when it was asked for; gap: the longest time between
+ *                 two ids; stale: prefetched ids dropped as too old meanwhile)
  *   quit */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -36,13 +38,16 @@ static void drive_run(sfc_client *c, int seconds, int64_t epoch)
     size_t cap = 1 << 20, n = 0;
     int64_t *ids = malloc(cap * sizeof *ids);
     uint64_t errors = 0, failovers = 0;
-    int64_t max_age = 0, max_gap = 0, last_ok = sf_clocks_mono_ms();
+    int64_t max_age = 0, max_call_age = 0, max_gap = 0, last_ok = sf_clocks_mono_ms();
+    sfc_stats before, after;
+    sfc_get_stats(c, &before);
     int64_t end = last_ok + (int64_t)seconds * 1000;
     char first_error[SFC_ERROR_MAX] = "";
     while (ids != NULL && sf_clocks_mono_ms() < end) {
         int64_t id;
         sfc_call call;
         sfc_error err;
+        int64_t asked = sf_clocks_mono_ms();
         if (sfc_next_id(c, &id, &call, &err) != SFC_OK) {
             if (errors++ == 0)
                 snprintf(first_error, sizeof first_error, "%s", err.message);
@@ -51,6 +56,7 @@ static void drive_run(sfc_client *c, int seconds, int64_t epoch)
         int64_t now = sf_clocks_mono_ms();
         int64_t age = sf_clock_now_ms() - ((id >> SF_TIMESTAMP_SHIFT) + epoch);
         max_age = age > max_age ? age : max_age;
+        max_call_age = age - (now - asked) > max_call_age ? age - (now - asked) : max_call_age;
         max_gap = now - last_ok > max_gap ? now - last_ok : max_gap;
         last_ok = now;
         failovers += (uint64_t)call.failovers;
@@ -70,9 +76,11 @@ static void drive_run(sfc_client *c, int seconds, int64_t epoch)
             dups += ids[i] == ids[i - 1];
     }
     free(ids);
-    printf("run ids=%zu errors=%" PRIu64 " dups=%zu max_age_ms=%" PRId64 " max_gap_ms=%" PRId64
-           " failovers=%" PRIu64 " first_error=%s\n", n, errors, dups, max_age, max_gap,
-           failovers, first_error);
+    sfc_get_stats(c, &after);
+    printf("run ids=%zu errors=%" PRIu64 " dups=%zu max_age_ms=%" PRId64 " max_call_age_ms=%" PRId64
+           " max_gap_ms=%" PRId64 " failovers=%" PRIu64 " stale=%" PRIu64 " first_error=%s\n", n,
+           errors, dups, max_age, max_call_age, max_gap, failovers,
+           after.prefetch_stale - before.prefetch_stale, first_error);
 }
 
 static void drive_servers(sfc_client *c)
