@@ -1,5 +1,5 @@
-/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: /stats.json, /stats.txt
- * (and /stats), /metrics, /health, /ping and /server_info.json. */
+/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: the status page (/),
+ * /stats.json, /stats.txt (and /stats), /metrics, /health, /ping and /server_info.json. */
 #define _GNU_SOURCE
 #include "admin.h"
 
@@ -12,6 +12,7 @@
 
 #include "common/bindaddr.h"
 #include "ratelog.h"
+#include "status_page.h"
 
 typedef struct sf_admin_item {
     sf_admin_kind kind;
@@ -387,6 +388,8 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return sf_admin_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
                               g_strdup("only GET and HEAD are allowed\n"));
+    if (strcmp(url, "/") == 0)
+        return sf_admin_reply(conn, MHD_HTTP_OK, "text/html; charset=utf-8", sf_status_page());
     if (strcmp(url, "/ping") == 0)
         return sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("pong\n"));
     if (strcmp(url, "/server_info.json") == 0)
@@ -414,7 +417,7 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
         return ret;
     }
     return sf_admin_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
-                          g_strdup("not found; try /stats.json, /stats.txt, /metrics, /health, "
+                          g_strdup("not found; try /, /stats.json, /stats.txt, /metrics, /health, "
                                    "/ping or /server_info.json\n"));
 }
 

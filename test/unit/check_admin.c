@@ -1,7 +1,7 @@
 /* check_admin.c -- the admin endpoint alone, over real HTTP on a loopback port: what each
  * path answers for the figures a collect function gives it (counters and gauges, per-agent
- * labels and labels of their own, timings, health), JSON and Prometheus escaping of a
- * hostile agent, and the answers to unknown paths and methods. */
+ * labels and labels of their own, timings, health), the status page, JSON and Prometheus
+ * escaping of a hostile agent, and the answers to unknown paths and methods. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <glib.h>
@@ -147,10 +147,24 @@ START_TEST(ping_info_and_refusals)
     g_free(r);
     r = http(sf_admin_port(admin), "GET", "/nope");
     ASSERT_HAS(r, "404 Not Found");
-    ASSERT_HAS(r, "try /stats.json");
+    ASSERT_HAS(r, "try /, /stats.json");
     g_free(r);
     r = http(sf_admin_port(admin), "POST", "/stats.json");
     ASSERT_HAS(r, "405 Method Not Allowed");
+    g_free(r);
+}
+END_TEST
+
+START_TEST(status_page_is_served_whole)
+{
+    char *r = http(sf_admin_port(admin), "GET", "/");
+    ASSERT_HAS(r, "200 OK");
+    ASSERT_HAS(r, "Content-Type: text/html; charset=utf-8");
+    ASSERT_HAS(r, "<title>snowflaked status</title>");
+    ASSERT_HAS(r, "fetch(\"/stats.json\")");
+    ASSERT_HAS(r, "</html>\n");
+    ck_assert_msg(strstr(r, "src=\"http") == NULL && strstr(r, "href=\"http") == NULL,
+                  "the page loads something from elsewhere:\n%s", r);
     g_free(r);
 }
 END_TEST
@@ -176,6 +190,7 @@ int main(void)
     tcase_add_test(tc, hostile_agent_is_escaped);
     tcase_add_test(tc, health_follows_serving);
     tcase_add_test(tc, ping_info_and_refusals);
+    tcase_add_test(tc, status_page_is_served_whole);
     tcase_add_test(tc, bad_bind_address_is_named);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
