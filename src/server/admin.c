@@ -1,5 +1,5 @@
-/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: /stats.json, /stats.txt
- * (and /stats), /metrics, /health, /ping and /server_info.json. */
+/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: the status page (/),
+ * /stats.json, /stats.txt (and /stats), /metrics, /health, /ping and /server_info.json. */
 #define _GNU_SOURCE
 #include "admin.h"
 
@@ -12,11 +12,13 @@
 
 #include "common/bindaddr.h"
 #include "ratelog.h"
+#include "status_page.h"
 
 typedef struct sf_admin_item {
     sf_admin_kind kind;
     char *name;
     char *label;
+    char *label_name; /* NULL: label is a user agent (see sf_admin_snapshot_add) */
     int64_t value;
     char *help;
 } sf_admin_item;
@@ -56,7 +58,16 @@ G_DEFINE_QUARK(sf-admin-error-quark, sf_admin_error)
 void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const char *name,
                            const char *label, int64_t value, const char *help)
 {
-    sf_admin_item item = {kind, g_strdup(name), g_strdup(label), value, g_strdup(help)};
+    sf_admin_item item = {kind, g_strdup(name), g_strdup(label), NULL, value, g_strdup(help)};
+    g_array_append_val(snap->items, item);
+}
+
+void sf_admin_snapshot_add_labelled(sf_admin_snapshot *snap, sf_admin_kind kind,
+                                    const char *name, const char *label_name,
+                                    const char *label, int64_t value, const char *help)
+{
+    sf_admin_item item = {kind, g_strdup(name), g_strdup(label), g_strdup(label_name), value,
+                          g_strdup(help)};
     g_array_append_val(snap->items, item);
 }
 
@@ -80,6 +91,7 @@ static void sf_admin_item_clear(gpointer p)
     sf_admin_item *item = p;
     g_free(item->name);
     g_free(item->label);
+    g_free(item->label_name);
     g_free(item->help);
 }
 
@@ -131,8 +143,8 @@ static void sf_admin_json_string(GString *out, const char *s)
 /* The key of an item as /stats.json and /stats.txt show it, newly allocated. */
 static char *sf_admin_item_key(const sf_admin_item *item)
 {
-    return item->label ? g_strdup_printf("%s_%s", item->name, item->label)
-                       : g_strdup(item->name);
+    return item->label && !item->label_name ? g_strdup_printf("%s_%s", item->name, item->label)
+                                            : g_strdup(item->name);
 }
 
 /* Nanoseconds as whole microseconds, rounded up so that a call that took any time
@@ -271,8 +283,9 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
     for (guint i = 0; i < snap->items->len; i++) {
         const sf_admin_item *item = &g_array_index(snap->items, sf_admin_item, i);
         gboolean counter = item->kind == SF_ADMIN_COUNTER;
+        gboolean by_agent = item->label && !item->label_name;
         char *metric = g_strdup_printf("snowflake_%s%s%s", item->name,
-                                       item->label ? "_by_agent" : "", counter ? "_total" : "");
+                                       by_agent ? "_by_agent" : "", counter ? "_total" : "");
         if (!g_hash_table_contains(seen, metric)) {
             g_string_append_printf(out, "# HELP %s %s\n# TYPE %s %s\n", metric,
                                    item->help ? item->help : item->name, metric,
@@ -281,7 +294,7 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
         }
         g_string_append(out, metric);
         if (item->label) {
-            g_string_append(out, "{agent=\"");
+            g_string_append_printf(out, "{%s=\"", by_agent ? "agent" : item->label_name);
             sf_admin_prom_label(out, item->label);
             g_string_append(out, "\"}");
         }
@@ -375,6 +388,8 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return sf_admin_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
                               g_strdup("only GET and HEAD are allowed\n"));
+    if (strcmp(url, "/") == 0)
+        return sf_admin_reply(conn, MHD_HTTP_OK, "text/html; charset=utf-8", sf_status_page());
     if (strcmp(url, "/ping") == 0)
         return sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("pong\n"));
     if (strcmp(url, "/server_info.json") == 0)
@@ -402,7 +417,7 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
         return ret;
     }
     return sf_admin_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
-                          g_strdup("not found; try /stats.json, /stats.txt, /metrics, /health, "
+                          g_strdup("not found; try /, /stats.json, /stats.txt, /metrics, /health, "
                                    "/ping or /server_info.json\n"));
 }
 

@@ -23,6 +23,12 @@ typedef void (*sf_admin_collect_fn)(sf_admin_snapshot *snap, void *ctx);
 void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const char *name,
                            const char *label, int64_t value, const char *help);
 
+/* Adds one figure with a label of its own, e.g. "path": /metrics shows it as
+ * snowflake_<name>{<label_name>="<label>"}, /stats.json and /stats.txt as <name>. */
+void sf_admin_snapshot_add_labelled(sf_admin_snapshot *snap, sf_admin_kind kind,
+                                    const char *name, const char *label_name,
+                                    const char *label, int64_t value, const char *help);
+
 /* Adds the timings of one method (name is [a-z_]+, e.g. "get_id"): /stats.json shows them
  * under "timings" and "metrics" as the original's admin service did (count, average,
  * minimum, maximum, p25 .. p9999, in microseconds rounded up), /metrics as the histogram

@@ -390,6 +390,7 @@ void sf_audit_get_stats(sf_audit *a, sf_audit_stats *out)
     g_mutex_lock(&a->lock);
     *out = a->stats;
     out->queued = a->queued;
+    out->queue_size = (uint64_t)a->o.queue_size;
     g_mutex_unlock(&a->lock);
 }
 

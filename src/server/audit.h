@@ -25,6 +25,7 @@ typedef struct sf_audit_stats {
     SF_AUDIT_COUNTERS(SF_AUDIT_STATS_FIELD)
 #undef SF_AUDIT_STATS_FIELD
     uint64_t queued;
+    uint64_t queue_size; /* the most that may wait (queue_size); 0 without an audit log */
 } sf_audit_stats;
 
 /* Checks the options and starts the sender thread. A sink that is down is not an error

@@ -342,8 +342,12 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
     sf_worker_stats ws = {0};
     sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
     sf_worker *w = zk != NULL ? NULL : sf_handler_current_worker(h);
-    if (zk != NULL)
+    out->worker_ids_taken = -1;
+    if (zk != NULL) {
         sfz_get_stats(zk, &ws);
+        out->worker_ids_taken = sfz_worker_ids_taken(zk, out->worker_id_path,
+                                                     sizeof out->worker_id_path);
+    }
     else if (w != NULL)
         sf_worker_get_stats(w, &ws);
     out->sequence_waits = ws.sequence_waits;

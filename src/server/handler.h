@@ -42,6 +42,8 @@ GType sf_handler_get_type(void);
     X(clock_backward_errors, "Ids refused because the clock moved backwards")                 \
     X(ids_generated_other_agents, "Ids handed out to agents beyond max_tracked_useragents")
 
+#define SF_HANDLER_PATH_MAX 512
+
 /* Totals since start (the worker's: of the current worker, zero while none) and gauges. */
 typedef struct sf_handler_stats {
 #define SF_HANDLER_STATS_FIELD(name, help) uint64_t name;
@@ -54,6 +56,10 @@ typedef struct sf_handler_stats {
     /* Per-agent counting, bounded by max_tracked_useragents: */
     uint64_t useragents_tracked;   /* agents counted by name */
     uint64_t useragents_untracked; /* distinct agents beyond the cap (estimated) */
+    /* Registered: the worker ids held by anyone under the path claimed in (-1 standalone
+     * or not counted yet), and that path. */
+    int64_t worker_ids_taken;
+    char worker_id_path[SF_HANDLER_PATH_MAX];
 } sf_handler_stats;
 
 /* Creates a handler that refuses ids until a worker is published with the gate

@@ -65,6 +65,20 @@ void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "useragents_untracked", NULL,
                           (int64_t)hs.useragents_untracked,
                           "Distinct user agents beyond max_tracked_useragents, estimated");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "max_connections", NULL,
+                          (int64_t)ss.max_connections,
+                          "Thrift connections open at most (max_connections, as fitted)");
+    if (audit != NULL)
+        sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "audit_queue_size", NULL,
+                              (int64_t)as.queue_size, "Audit entries that may wait at most");
+    if (hs.worker_ids_taken >= 0) {
+        sf_admin_snapshot_add_labelled(snap, SF_ADMIN_GAUGE, "worker_ids_taken", "path",
+                                       hs.worker_id_path, hs.worker_ids_taken,
+                                       "Worker ids held by any holder under the path");
+        sf_admin_snapshot_add_labelled(snap, SF_ADMIN_GAUGE, "worker_ids_free", "path",
+                                       hs.worker_id_path, SF_MAX_WORKER_ID + 1 - hs.worker_ids_taken,
+                                       "Worker ids free under the path");
+    }
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);

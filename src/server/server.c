@@ -381,4 +381,5 @@ void sf_server_get_stats(sf_server *s, sf_server_stats *out)
     out->listening = atomic_load(&s->listening_now);
     int open = atomic_load(&s->open_connections);
     out->connections_open = open > 0 ? (uint64_t)open : 0;
+    out->max_connections = (uint64_t)s->opts.max_connections;
 }

@@ -37,6 +37,7 @@ typedef struct sf_server_stats {
     uint64_t connections_open;
     bool listening;
     uint64_t output_buffered;      /* bytes of replies waiting unsent now */
+    uint64_t max_connections;      /* the limit in force (after fitting to the descriptors) */
 } sf_server_stats;
 
 /* Binds, and listens when listen_at_start (nothing is served yet). processor is referenced and

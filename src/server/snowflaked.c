@@ -202,8 +202,9 @@ static gboolean sf_daemon_listen(sf_daemon *d)
             return FALSE;
         }
         sf_admin_set_server_info(d->admin, PACKAGE_VERSION, SF_BUILD);
-        g_message("admin endpoint on http://%s:%d/ (/stats.json, /stats.txt, /metrics, /health, "
-                  "/ping, /server_info.json)", d->cfg.admin_bind_address, sf_admin_port(d->admin));
+        g_message("admin endpoint on http://%s:%d/ (status page; /stats.json, /stats.txt, "
+                  "/metrics, /health, /ping, /server_info.json)", d->cfg.admin_bind_address,
+                  sf_admin_port(d->admin));
     }
     return TRUE;
 }

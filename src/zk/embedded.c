@@ -471,6 +471,17 @@ void sfz_read_state_fd(sfz *h)
         sfz_log_line(h, "warning", "cannot reset the state descriptor: %s", strerror(errno));
 }
 
+int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen)
+{
+    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
+    int taken = h->registry != NULL ? sf_registry_worker_ids_taken(h->registry) : -1;
+    if (path != NULL && pathlen > 0)
+        snprintf(path, pathlen, "%s",
+                 h->registry != NULL ? sf_registry_worker_id_path(h->registry) : "");
+    pthread_mutex_unlock(&h->lock);
+    return taken;
+}
+
 void sfz_get_stats(sfz *h, sf_worker_stats *out)
 {
     sf_worker *w = sf_fence_worker(h->fence);

@@ -62,6 +62,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->auth = opts->auth && *opts->auth ? strdup(opts->auth) : NULL;
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
+    atomic_init(&r->slots_taken, -1);
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;

@@ -132,6 +132,14 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
 /* The id held now, or -1 while none is. */
 int64_t sf_registry_worker_id(sf_registry *r);
 
+/* How many of the SF_REGISTRY_MAX_WORKERS ids under worker_id_path anyone holds, as last
+ * read: a watch on the path's children, set at the claim, reads them again on every change,
+ * so this costs nothing per id. -1 before the first read. Thread-safe, lock-free. */
+int sf_registry_worker_ids_taken(sf_registry *r);
+
+/* The worker_id_path the registry claims under (its own copy, valid until closed). */
+const char *sf_registry_worker_id_path(sf_registry *r);
+
 /* The session timeout ZooKeeper granted, in ms. */
 int sf_registry_session_timeout_ms(sf_registry *r);
 

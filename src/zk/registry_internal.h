@@ -8,6 +8,7 @@
 #define SF_REGISTRY_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,7 @@ struct sf_registry {
 
     bool thread_started;
     pthread_t thread;
+    atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
 };
 
 /* registry_state.c: the state machine and its reports. */
@@ -185,5 +187,8 @@ int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_m
                       char *err, size_t errlen);
 int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
 void sf_reg_warn_standalone(sf_registry *r);
+
+/* registry_slots.c: the count of worker ids taken. Lock held; only queues a request. */
+void sf_reg_slots_watch(sf_registry *r);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

@@ -165,6 +165,7 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
     case SF_REG_EV_CLAIMED:
         if (r->state == SF_REG_CLAIMING)
             sf_reg_move(r, SF_REG_WAITING_FLOOR, NULL);
+        sf_reg_slots_watch(r);
         break;
     case SF_REG_EV_RENEWED: {
         bool was_serving = r->state == SF_REG_SERVING;

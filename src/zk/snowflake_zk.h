@@ -165,6 +165,12 @@ void sfz_get_state(sfz *h, sfz_state *out);
 int64_t sfz_worker_id(sfz *h);
 int64_t sfz_datacenter_id(sfz *h);
 
+/* How many of the 32 worker ids under the path the handle claimed in are held now, by any
+ * holder, for an operator's figures: a watch on the path's children reads them again on
+ * every change ZooKeeper reports, so ids pay nothing for it. -1 before the first count.
+ * path (pathlen bytes), when not NULL, receives that path ("" while none). */
+int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen);
+
 /* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
 void sfz_get_stats(sfz *h, sf_worker_stats *out);
 

@@ -1,7 +1,7 @@
 /* check_admin.c -- the admin endpoint alone, over real HTTP on a loopback port: what each
  * path answers for the figures a collect function gives it (counters and gauges, per-agent
- * labels, timings, health), JSON and Prometheus escaping of a hostile agent, and the
- * answers to unknown paths and methods. */
+ * labels and labels of their own, timings, health), the status page, JSON and Prometheus
+ * escaping of a hostile agent, and the answers to unknown paths and methods. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <glib.h>
@@ -23,6 +23,8 @@ static void collect(sf_admin_snapshot *snap, void *ctx)
     sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "ids_generated", NULL, 42, "Ids handed out");
     sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "ids_generated", agent, 40, "Ids per agent");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, 7, "Worker id in use");
+    sf_admin_snapshot_add_labelled(snap, SF_ADMIN_GAUGE, "worker_ids_free", "path", "/dc\"1", 29,
+                                   "Worker ids free");
     sf_latency lat;
     sf_latency_init(&lat);
     for (int i = 1; i <= 100; i++)
@@ -80,7 +82,7 @@ START_TEST(stats_json_in_the_original_shape)
     char *r = http(sf_admin_port(admin), "GET", "/stats.json");
     ASSERT_HAS(r, "200 OK");
     ASSERT_HAS(r, "\"counters\":{\"ids_generated\":42,\"ids_generated_rpc-client\":40}");
-    ASSERT_HAS(r, "\"gauges\":{\"worker_id\":7}");
+    ASSERT_HAS(r, "\"gauges\":{\"worker_id\":7,\"worker_ids_free\":29}");
     ASSERT_HAS(r, "\"timings\":{\"get_id\":{");
     ASSERT_HAS(r, "\"metrics\":{\"get_id\":{");
     ASSERT_HAS(r, "\"count\":100");
@@ -99,6 +101,8 @@ START_TEST(metrics_in_prometheus_text)
     ASSERT_HAS(r, "# TYPE snowflake_ids_generated_total counter\nsnowflake_ids_generated_total 42\n");
     ASSERT_HAS(r, "snowflake_ids_generated_by_agent_total{agent=\"rpc-client\"} 40\n");
     ASSERT_HAS(r, "snowflake_worker_id 7\n");
+    ASSERT_HAS(r, "# TYPE snowflake_worker_ids_free gauge\n"
+                  "snowflake_worker_ids_free{path=\"/dc\\\"1\"} 29\n");
     ASSERT_HAS(r, "snowflake_request_duration_seconds_count{method=\"get_id\"} 100\n");
     ASSERT_HAS(r, "snowflake_serving 1\n");
     g_free(r);
@@ -143,10 +147,24 @@ START_TEST(ping_info_and_refusals)
     g_free(r);
     r = http(sf_admin_port(admin), "GET", "/nope");
     ASSERT_HAS(r, "404 Not Found");
-    ASSERT_HAS(r, "try /stats.json");
+    ASSERT_HAS(r, "try /, /stats.json");
     g_free(r);
     r = http(sf_admin_port(admin), "POST", "/stats.json");
     ASSERT_HAS(r, "405 Method Not Allowed");
+    g_free(r);
+}
+END_TEST
+
+START_TEST(status_page_is_served_whole)
+{
+    char *r = http(sf_admin_port(admin), "GET", "/");
+    ASSERT_HAS(r, "200 OK");
+    ASSERT_HAS(r, "Content-Type: text/html; charset=utf-8");
+    ASSERT_HAS(r, "<title>snowflaked status</title>");
+    ASSERT_HAS(r, "fetch(\"/stats.json\")");
+    ASSERT_HAS(r, "</html>\n");
+    ck_assert_msg(strstr(r, "src=\"http") == NULL && strstr(r, "href=\"http") == NULL,
+                  "the page loads something from elsewhere:\n%s", r);
     g_free(r);
 }
 END_TEST
@@ -172,6 +190,7 @@ int main(void)
     tcase_add_test(tc, hostile_agent_is_escaped);
     tcase_add_test(tc, health_follows_serving);
     tcase_add_test(tc, ping_info_and_refusals);
+    tcase_add_test(tc, status_page_is_served_whole);
     tcase_add_test(tc, bad_bind_address_is_named);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
