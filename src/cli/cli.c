@@ -1,10 +1,11 @@
 /* cli.c -- the `snowflake` command-line tool: decodes ids into their fields,
  * and asks a running snowflaked for ids (the id, ids and info commands live
- * in cli_rpc.c).
+ * in cli_rpc.c; range, compose and encode in cli_ids.c).
  *
  * Usage errors exit 2; bad ids are reported after the good ones are decoded,
  * with exit 1, so a pipeline keeps every result it can get. */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_ids.h"
 #include "cli_rpc.h"
 #include "lib/snowflake.h"
 
@@ -21,9 +22,10 @@ static void cli_usage(FILE *out)
             "Usage: snowflake [OPTIONS] COMMAND [ARGS]\n"
             "\n"
             "Commands:\n"
-            "  decode [--json] [--epoch MS] [ID...]\n"
+            "  decode [--json] [--epoch MS] [--base32|--base58|--base62] [ID...]\n"
             "                 print the fields of each id (from the arguments, or one per\n"
             "                 line on standard input): time, datacenter, worker, sequence\n");
+    cli_ids_usage(out);
     cli_rpc_usage(out);
     fprintf(out,
             "\n"
@@ -67,13 +69,17 @@ static void cli_print_decoded(const sf_decoded *d, bool json)
                d->id, when, d->timestamp_ms, d->datacenter_id, d->worker_id, d->sequence);
 }
 
-/* Decodes one textual id; returns false (after printing why) if it is not one. */
-static bool cli_decode_one(const char *text, int64_t epoch, bool json)
+/* Decodes one textual id (decimal, or in base); returns false (after printing why) if it is
+ * not one. */
+static bool cli_decode_one(const char *text, int64_t epoch, sf_id_base base, bool json)
 {
     int64_t id;
     sf_decoded d;
     sf_error err;
-    if (!cli_parse_i64(text, &id)) {
+    if (base != SF_BASE10) {
+        if (!cli_ids_parse(text, base, &id))
+            return false;
+    } else if (!cli_parse_i64(text, &id)) {
         fprintf(stderr, "snowflake: '%s' is not an id: expected a decimal integer 0..%" PRId64 "\n",
                 text, INT64_MAX);
         return false;
@@ -92,8 +98,12 @@ static int cli_decode(int argc, char **argv)
         { "json", no_argument, NULL, 'j' },
         { "epoch", required_argument, NULL, 'e' },
         { "help", no_argument, NULL, 'h' },
+        { "base32", no_argument, NULL, SF_BASE32 },
+        { "base58", no_argument, NULL, SF_BASE58 },
+        { "base62", no_argument, NULL, SF_BASE62 },
         { NULL, 0, NULL, 0 },
     };
+    sf_id_base base = SF_BASE10;
     bool json = false;
     int64_t epoch = SF_TWITTER_EPOCH_MS;
     int c;
@@ -120,6 +130,11 @@ static int cli_decode(int argc, char **argv)
         case 'h':
             cli_usage(stdout);
             return 0;
+        case SF_BASE32:
+        case SF_BASE58:
+        case SF_BASE62:
+            base = (sf_id_base)c;
+            break;
         default:
             fprintf(stderr, "snowflake: decode: unknown option '%s'\n", argv[optind - 1]);
             cli_usage(stderr);
@@ -132,7 +147,7 @@ static int cli_decode(int argc, char **argv)
     int bad = 0;
     if (optind < argc) {
         for (int i = optind; i < argc; i++)
-            bad += !cli_decode_one(argv[i], epoch, json);
+            bad += !cli_decode_one(argv[i], epoch, base, json);
     } else {
         char *line = NULL;
         size_t cap = 0;
@@ -141,7 +156,7 @@ static int cli_decode(int argc, char **argv)
             line[strcspn(line, "\r\n")] = '\0';
             if (line[0] == '\0')
                 continue;
-            bad += !cli_decode_one(line, epoch, json);
+            bad += !cli_decode_one(line, epoch, base, json);
         }
         free(line);
     }
@@ -164,6 +179,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "decode") == 0)
         return cli_decode(argc - 1, argv + 1);
+    if (cli_ids_handles(argv[1]))
+        return cli_ids_main(argc - 1, argv + 1);
     if (cli_rpc_handles(argv[1]))
         return cli_rpc_main(argc, argv);
     fprintf(stderr, "snowflake: unknown command '%s' (try 'snowflake --help')\n", argv[1]);

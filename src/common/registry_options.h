@@ -16,12 +16,15 @@
  *   claim_retries        a taken static id is tried this many more times;
  *   claim_retry_wait_ms  between those tries;
  *   state_interval_ms    the last timestamp is recorded at least this often (it rides on
- *                        every lease renewal). */
+ *                        every lease renewal);
+ *   max_peer_skew_ms     ids are refused while the clock is this far from the peers' (the
+ *                        live check, libsnowflake-zk's); 0 = off. */
 #define SF_REGISTRY_INT_OPTIONS(X)                                                             \
     X(session_timeout_ms, 1000, 600000, 10000)                                                 \
     X(claim_retries, 0, 100, 2)                                                                \
     X(claim_retry_wait_ms, 0, 600000, 10000)                                                   \
-    X(state_interval_ms, 100, 60000, 2000)
+    X(state_interval_ms, 100, 60000, 2000)                                                     \
+    X(max_peer_skew_ms, 0, 600000, 0)
 
 /* SF_REGISTRY_MIN_<field> and SF_REGISTRY_MAX_<field>, for the settings file's key table. */
 enum {
@@ -30,6 +33,9 @@ enum {
     SF_REGISTRY_INT_OPTIONS(SF_REGISTRY_RANGE)
 #undef SF_REGISTRY_RANGE
 };
+
+/* Room for one peer's node data, "host:port". */
+#define SF_REGISTRY_PEER_MAX 512
 
 /* Asks the node at host_port for its ids and clock. Returns 0; SF_REGISTRY_PEER_REFUSED
  * with err filled when nothing listens there (a node not serving closes its port: it is

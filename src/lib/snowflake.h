@@ -147,6 +147,39 @@ int sf_decode(int64_t id, int64_t epoch_ms, sf_decoded *out, sf_error *err);
 /* Builds an id from fields, refusing out-of-range ones (the inverse of sf_decode). */
 int sf_compose(const sf_decoded *fields, int64_t epoch_ms, int64_t *id, sf_error *err);
 
+/* The inclusive id bounds of a time range, for range scans (SQL: WHERE id BETWEEN lo AND
+ * hi): *lo is the lowest id any worker can make at from_ms, *hi the highest at to_ms (Unix
+ * ms, both inclusive). SF_ERR_ARG naming the bad value and its range when a time is before
+ * the epoch or past the 41-bit timestamp's end (epoch + 2^41 - 1), when from_ms > to_ms, or
+ * for an epoch outside 0..SF_MAX_EPOCH_MS. */
+int sf_id_range(int64_t from_ms, int64_t to_ms, int64_t epoch_ms, int64_t *lo, int64_t *hi,
+                sf_error *err);
+
+/* String forms of an id. SF_BASE32 (Crockford's alphabet, 13 characters) and SF_BASE62
+ * (0-9A-Za-z, 11 characters) are written fixed width with leading zeros, in alphabets that
+ * are in ASCII order, so their byte order (strcmp, a C collation) is the ids' order.
+ * SF_BASE58 is bwmarrin/snowflake's form (alphabet 1-9a-km-zA-HJ-NP-Z, no padding: 0 is
+ * "1"), interchangeable with its Base58()/ParseBase58(); it does not keep the ids' order
+ * (lower case sorts after upper case in ASCII, and shorter strings are smaller ids). */
+typedef enum sf_id_base {
+    SF_BASE10 = 10,
+    SF_BASE32 = 32,
+    SF_BASE58 = 58,
+    SF_BASE62 = 62
+} sf_id_base;
+
+/* Room for any id in any base, with its terminating NUL. */
+#define SF_ID_TEXT_MAX 24
+
+/* Writes id (0..INT64_MAX) in base into buf (len bytes, SF_ID_TEXT_MAX is always enough).
+ * SF_ERR_ARG for a negative id, an unknown base or too small a buffer. */
+int sf_id_encode(int64_t id, sf_id_base base, char *buf, size_t len, sf_error *err);
+
+/* Reads an id written in base: leading zeros are allowed; base 32 reads both cases and
+ * Crockford's aliases (o/O = 0, i/I/l/L = 1). SF_ERR_ARG naming the input and the bad
+ * character, or the input and the allowed range on an overflow past INT64_MAX. */
+int sf_id_parse(const char *text, sf_id_base base, int64_t *id, sf_error *err);
+
 /* Writes Unix ms as ISO-8601 UTC with milliseconds ("2010-11-04T01:42:54.657Z").
  * buf needs SF_ISO8601_MAX bytes. Returns buf. */
 #define SF_ISO8601_MAX 32

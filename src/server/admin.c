@@ -28,9 +28,19 @@ typedef struct sf_admin_timing {
     sf_latency_snapshot *figures;
 } sf_admin_timing;
 
+/* A histogram: its buckets' bounds and counts (not cumulative; one more count than bounds). */
+typedef struct sf_admin_histogram {
+    char *name, *help;
+    int64_t *bounds;
+    uint64_t *counts;
+    size_t n;
+    int64_t sum;
+} sf_admin_histogram;
+
 struct sf_admin_snapshot {
     GArray *items;   /* sf_admin_item */
     GArray *timings; /* sf_admin_timing */
+    GArray *histograms; /* sf_admin_histogram */
     gboolean serving;
     char *reason;
 };
@@ -78,6 +88,60 @@ void sf_admin_snapshot_add_timing(sf_admin_snapshot *snap, const char *name,
     g_array_append_val(snap->timings, t);
 }
 
+void sf_admin_snapshot_add_histogram(sf_admin_snapshot *snap, const char *name,
+                                     const char *help, const int64_t *bounds,
+                                     const uint64_t *counts, size_t n, int64_t sum)
+{
+    sf_admin_histogram h = {g_strdup(name), g_strdup(help), g_memdup2(bounds, n * sizeof *bounds),
+                            g_memdup2(counts, (n + 1) * sizeof *counts), n, sum};
+    g_array_append_val(snap->histograms, h);
+}
+
+/* Frees one histogram (the array's clear function). */
+static void sf_admin_histogram_clear(gpointer p)
+{
+    sf_admin_histogram *h = p;
+    g_free(h->name);
+    g_free(h->help);
+    g_free(h->bounds);
+    g_free(h->counts);
+}
+
+/* Writes a histogram's cumulative buckets, each as row(out, le or NULL for +Inf, count). */
+static void sf_admin_histogram_rows(GString *out, const sf_admin_histogram *h,
+                                    void (*row)(GString *out, const sf_admin_histogram *h,
+                                                const int64_t *le, uint64_t cumulative))
+{
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b <= h->n; b++) {
+        cumulative += h->counts[b];
+        row(out, h, b < h->n ? &h->bounds[b] : NULL, cumulative);
+    }
+}
+
+static void sf_admin_histogram_text_row(GString *out, const sf_admin_histogram *h,
+                                        const int64_t *le, uint64_t cumulative)
+{
+    (void)h;
+    if (le != NULL)
+        g_string_append_printf(out, "le_%" G_GINT64_FORMAT "=%" G_GUINT64_FORMAT ", ", *le,
+                               cumulative);
+    else
+        g_string_append_printf(out, "count=%" G_GUINT64_FORMAT ", ", cumulative);
+}
+
+static void sf_admin_histogram_prom_row(GString *out, const sf_admin_histogram *h,
+                                        const int64_t *le, uint64_t cumulative)
+{
+    if (le != NULL)
+        g_string_append_printf(out, "snowflake_%s_bucket{le=\"%" G_GINT64_FORMAT "\"} %"
+                               G_GUINT64_FORMAT "\n", h->name, *le, cumulative);
+    else
+        g_string_append_printf(out, "snowflake_%s_bucket{le=\"+Inf\"} %" G_GUINT64_FORMAT
+                               "\nsnowflake_%s_count %" G_GUINT64_FORMAT "\n", h->name,
+                               cumulative, h->name, cumulative);
+}
+
 void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving, const char *reason)
 {
     snap->serving = serving;
@@ -111,6 +175,8 @@ static sf_admin_snapshot *sf_admin_collect(sf_admin *a)
     g_array_set_clear_func(snap->items, sf_admin_item_clear);
     snap->timings = g_array_new(FALSE, FALSE, sizeof(sf_admin_timing));
     g_array_set_clear_func(snap->timings, sf_admin_timing_clear);
+    snap->histograms = g_array_new(FALSE, FALSE, sizeof(sf_admin_histogram));
+    g_array_set_clear_func(snap->histograms, sf_admin_histogram_clear);
     snap->serving = TRUE;
     a->collect(snap, a->ctx);
     return snap;
@@ -121,6 +187,7 @@ static void sf_admin_snapshot_free(sf_admin_snapshot *snap)
 {
     g_array_free(snap->items, TRUE);
     g_array_free(snap->timings, TRUE);
+    g_array_free(snap->histograms, TRUE);
     g_free(snap->reason);
     g_free(snap);
 }
@@ -258,6 +325,13 @@ static char *sf_admin_render_text(const sf_admin_snapshot *snap)
         sf_admin_timing_fields(t->figures, sf_admin_text_field, out);
         g_string_append(out, ")\n");
     }
+    g_string_append(out, "histograms:\n");
+    for (guint i = 0; i < snap->histograms->len; i++) {
+        const sf_admin_histogram *h = &g_array_index(snap->histograms, sf_admin_histogram, i);
+        g_string_append_printf(out, "  %s: (", h->name);
+        sf_admin_histogram_rows(out, h, sf_admin_histogram_text_row);
+        g_string_append_printf(out, "sum=%" G_GINT64_FORMAT ")\n", h->sum);
+    }
     return g_string_free(out, FALSE);
 }
 
@@ -327,6 +401,13 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
                                "%" G_GUINT64_FORMAT "\n",
                                t->name, t->figures->count, t->name,
                                (double)t->figures->sum_ns / 1e9, t->name, t->figures->count);
+    }
+    for (guint i = 0; i < snap->histograms->len; i++) {
+        const sf_admin_histogram *h = &g_array_index(snap->histograms, sf_admin_histogram, i);
+        g_string_append_printf(out, "# HELP snowflake_%s %s\n# TYPE snowflake_%s histogram\n",
+                               h->name, h->help, h->name);
+        sf_admin_histogram_rows(out, h, sf_admin_histogram_prom_row);
+        g_string_append_printf(out, "snowflake_%s_sum %" G_GINT64_FORMAT "\n", h->name, h->sum);
     }
     g_string_append_printf(out,
                            "# HELP snowflake_serving 1 while ids are handed out\n"

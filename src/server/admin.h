@@ -36,6 +36,14 @@ void sf_admin_snapshot_add_labelled(sf_admin_snapshot *snap, sf_admin_kind kind,
 void sf_admin_snapshot_add_timing(sf_admin_snapshot *snap, const char *name,
                                   const sf_latency_snapshot *timing);
 
+/* Adds a histogram (name is [a-z_]+, e.g. "peer_clock_offset_ms") of n buckets: counts[i]
+ * values at most bounds[i] (and above bounds[i - 1]), counts[n] those above bounds[n - 1];
+ * sum of them all. /metrics shows it as the Prometheus histogram snowflake_<name> (le in the
+ * bounds' unit), /stats.txt as "<name>: (le_<bound>=<cumulative count>, ..., count=, sum=)". */
+void sf_admin_snapshot_add_histogram(sf_admin_snapshot *snap, const char *name,
+                                     const char *help, const int64_t *bounds,
+                                     const uint64_t *counts, size_t n, int64_t sum);
+
 /* Sets the health answer: serving, or not with a reason. */
 void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving,
                                   const char *reason);

@@ -83,6 +83,7 @@ static const sf_key sf_keys[] = {
     SF_REGISTRY_KEY("claim_retries", claim_retries),
     SF_REGISTRY_KEY("claim_retry_wait_ms", claim_retry_wait_ms),
     SF_REGISTRY_KEY("state_interval_ms", state_interval_ms),
+    SF_REGISTRY_KEY("max_peer_skew_ms", max_peer_skew_ms),
     { "admin", "http_port", SF_KEY_INT, SF_FIELD(admin_port), 0, 65535 },
     { "admin", "bind_address", SF_KEY_ADDRESS, SF_FIELD(admin_bind_address), 0, 0 },
     { "audit", "sink", SF_KEY_STRING, SF_FIELD(audit_sink), 0, 0 },

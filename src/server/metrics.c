@@ -16,8 +16,31 @@ static void sf_metrics_add_timing(const char *method, const sf_latency_snapshot 
     sf_admin_snapshot_add_timing(ctx, method, timing);
 }
 
+/* The live clock check's figures: the skew estimate, its inputs, and the offsets' histogram. */
+static void sf_metrics_add_skew(sf_admin_snapshot *snap, const sfz_skew *skew)
+{
+    static const int64_t bounds[SFZ_SKEW_BUCKETS] = SFZ_SKEW_BOUNDS_MS;
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_skew_ms", NULL, skew->skew_ms,
+                          "Our clock minus the peers' (median of the last round, ours "
+                          "included), ms");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_known", NULL, skew->known,
+                          "1 once a peer answered the live clock check");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_peers", NULL, skew->peers,
+                          "Peers that answered the last round of the live clock check");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_fenced", NULL, skew->fenced,
+                          "1 while ids are refused: the skew is past max_peer_skew_ms");
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "peer_clock_samples", NULL,
+                          (int64_t)skew->samples, "Peers' clocks read by the live clock check");
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "peer_clock_failures", NULL,
+                          (int64_t)skew->failures, "Peers that did not answer the live clock "
+                          "check");
+    sf_admin_snapshot_add_histogram(snap, "peer_clock_offset_ms", "Our clock minus a peer's, "
+                                    "corrected by half the round trip, ms", bounds,
+                                    skew->buckets, SFZ_SKEW_BUCKETS, skew->sum_ms);
+}
+
 void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
-                        sf_audit *audit)
+                        sf_audit *audit, const sfz_skew *skew)
 {
     sf_handler_stats hs;
     sf_server_stats ss;
@@ -79,6 +102,8 @@ void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *
                                        hs.worker_id_path, SF_MAX_WORKER_ID + 1 - hs.worker_ids_taken,
                                        "Worker ids free under the path");
     }
+    if (skew != NULL)
+        sf_metrics_add_skew(snap, skew);
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);

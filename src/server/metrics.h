@@ -6,10 +6,12 @@
 #include "audit.h"
 #include "handler.h"
 #include "server.h"
+#include "zk/snowflake_zk.h"
 
 /* Adds every counter and gauge of the handler, the server and the audit log (which may be
- * NULL when there is none) to snap, and the health the handler's gate says. */
+ * NULL when there is none) to snap, the live clock check's figures (skew: NULL when
+ * standalone), and the health the handler's gate says. */
 void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
-                        sf_audit *audit);
+                        sf_audit *audit, const sfz_skew *skew);
 
 #endif /* SF_METRICS_H */

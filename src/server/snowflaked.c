@@ -87,7 +87,13 @@ static void sf_daemon_set_log_level(const char *level)
 static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
     sf_daemon *d = ctx;
-    sf_metrics_collect(snap, d->handler, d->server, d->audit);
+    sfz_skew skew;
+    g_mutex_lock(&d->stop_lock); /* d->zk is freed only after it is cleared under the lock */
+    gboolean registered = d->zk != NULL;
+    if (registered)
+        sfz_get_skew(d->zk, &skew);
+    g_mutex_unlock(&d->stop_lock);
+    sf_metrics_collect(snap, d->handler, d->server, d->audit, registered ? &skew : NULL);
 }
 
 /* Routes SIGTERM and SIGINT to a signalfd read by the main loop, so no code
@@ -324,6 +330,7 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     o.claim_retry_wait_ms = ro->claim_retry_wait_ms;
     o.state_interval_ms = ro->state_interval_ms;
     o.startup_sleep_ms = (int)d->cfg.startup_sleep_ms;
+    o.max_peer_skew_ms = ro->max_peer_skew_ms;
     o.start_retries = 0; /* an operator's supervisor restarts us; say at once what is wrong */
     o.on_state = sf_daemon_on_state;
     o.state_ctx = d;
@@ -458,11 +465,12 @@ static void sf_daemon_shutdown(sf_daemon *d)
         sf_server_get_stats(d->server, &ss);
         g_message("stopped after %" G_GUINT64_FORMAT " requests", ss.frames_processed);
     }
-    if (d->zk != NULL) {
-        /* Records the last timestamp and ends the session: our node goes at once. */
-        sfz_stop(d->zk);
-        d->zk = NULL;
-    }
+    g_mutex_lock(&d->stop_lock);
+    sfz *zk = d->zk;
+    d->zk = NULL;
+    g_mutex_unlock(&d->stop_lock);
+    /* Records the last timestamp and ends the session: our node goes at once. */
+    sfz_stop(zk);
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
     sf_admin_stop(d->admin); /* first: its requests read the audit log's counters */
     d->admin = NULL;

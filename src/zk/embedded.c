@@ -20,6 +20,7 @@
 #include "common/registry_options.h"
 #include "common/zkpath.h"
 #include "embedded_options.h"
+#include "embedded_skew.h"
 #include "fence.h"
 #include "registry.h"
 
@@ -43,6 +44,9 @@ struct sfz {
     bool shut;                   /* sfz_shut: the fence never opens again */
     sfz_state state;
     int event_fd;                /* readable after a transition, until sfz_read_state_fd */
+    pthread_mutex_t transition;  /* one transition at a time: the registry's or the skew's */
+    bool registry_serving;       /* the registry's last word, the skew's hold aside */
+    sfz_skew_watch *skew;        /* the live clock check; NULL without query_peer */
 };
 
 void sfz_set_client_logging(bool verbose)
@@ -110,28 +114,55 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
     sfz *h = ctx;
     sf_error err;
     sf_worker *w = serving ? sfz_worker_for(h, worker_id, &err) : NULL;
+    char why[SFZ_ERROR_MAX];
+    pthread_mutex_lock(&h->transition);
+    h->registry_serving = serving && w != NULL;
     if (serving && w == NULL) {
-        char why[SFZ_ERROR_MAX];
         snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
         sf_fence_close(h->fence, why);
         sfz_set_state(h, false, why);
-        return;
-    }
-    if (!serving) {
+    } else if (!serving) {
         sf_fence_close(h->fence, reason);
         sfz_set_state(h, false, reason != NULL ? reason : "not serving");
-        return;
+    } else {
+        if (floor_ms >= 0)
+            sf_worker_advance_last_timestamp(w, floor_ms);
+        pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
+        bool shut = h->shut;
+        /* Published either way: the fence owns (and frees) every worker made. */
+        sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
+                         shut ? h->state.reason : NULL);
+        pthread_mutex_unlock(&h->lock);
+        if (sf_fence_held(h->fence, why, sizeof why))
+            sfz_set_state(h, false, why); /* the clock is out of line: still not serving */
+        else if (!shut)
+            sfz_set_state(h, true, NULL);
     }
-    if (floor_ms >= 0)
-        sf_worker_advance_last_timestamp(w, floor_ms);
-    pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
+    pthread_mutex_unlock(&h->transition);
+}
+
+/* The live clock check's verdict: out of line holds the fence shut (the worker id and its
+ * lease kept), back in line opens it if the registry serves. From the check's thread. */
+static void sfz_on_skew(void *ctx, bool out_of_line, const char *why)
+{
+    sfz *h = ctx;
+    pthread_mutex_lock(&h->transition);
+    pthread_mutex_lock(&h->lock);
     bool shut = h->shut;
-    /* Published either way: the fence owns (and frees) every worker made. */
-    sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
-                     shut ? h->state.reason : NULL);
     pthread_mutex_unlock(&h->lock);
-    if (!shut)
-        sfz_set_state(h, true, NULL);
+    if (out_of_line) {
+        sfz_log_line(h, "warning", "%s", why);
+        sf_fence_hold(h->fence, why);
+        if (h->registry_serving && !shut)
+            sfz_set_state(h, false, why);
+    } else {
+        sfz_log_line(h, "info", "our clock is back within max_peer_skew_ms = %d of the peers'",
+                     h->o.max_peer_skew_ms);
+        sf_fence_release(h->fence);
+        if (h->registry_serving && !shut)
+            sfz_set_state(h, true, NULL);
+    }
+    pthread_mutex_unlock(&h->transition);
 }
 
 /* Every renewal extends the fence's lease: ids stop when it runs out, even when the
@@ -189,6 +220,7 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     h->event_fd = -1;
     pthread_condattr_t attr;
     pthread_mutex_init(&h->lock, NULL);
+    pthread_mutex_init(&h->transition, NULL);
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* retry waits ignore clock steps */
     pthread_cond_init(&h->wake, &attr);
@@ -384,6 +416,12 @@ int sfz_run(sfz *h, sfz_error *err)
     }
     if (sf_registry_watch(h->registry, msg, sizeof msg) != 0)
         return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
+    if (h->o.query_peer != NULL && !h->o.skip_sanity_checks) {
+        h->skew = sfz_skew_start(h->registry, h->o.query_peer, h->o.peer_ctx,
+                                 h->o.max_peer_skew_ms, sfz_on_skew, h, msg, sizeof msg);
+        if (h->skew == NULL)
+            return sfz_fail(err, SFZ_ERR_NOMEM, "%s", msg);
+    }
     return SFZ_OK;
 }
 
@@ -491,6 +529,14 @@ void sfz_get_stats(sfz *h, sf_worker_stats *out)
         memset(out, 0, sizeof *out);
 }
 
+void sfz_get_skew(sfz *h, sfz_skew *out)
+{
+    if (h->skew != NULL)
+        sfz_skew_read(h->skew, out);
+    else
+        memset(out, 0, sizeof *out);
+}
+
 int sfz_state_fd(sfz *h)
 {
     return h->event_fd;
@@ -510,12 +556,14 @@ void sfz_stop(sfz *h)
 {
     if (h == NULL)
         return;
+    sfz_skew_stop(h->skew); /* first: it reads through the registry */
     if (h->registry != NULL)
         sf_registry_close(h->registry); /* fences first, then records the last timestamp */
     sf_fence_free(h->fence); /* and every worker: each was published to it when made */
     if (h->event_fd >= 0)
         close(h->event_fd);
     pthread_mutex_destroy(&h->lock);
+    pthread_mutex_destroy(&h->transition);
     pthread_cond_destroy(&h->wake);
     free(h->zookeeper);
     free(h->auth);

@@ -175,6 +175,10 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err)
         return sfz_fail(err, SFZ_ERR_ARG, "holder '%.64s' is neither \"%s...\" nor the "
                         "host:port where this program serves Thrift (at most %d bytes)",
                         opts->holder, SF_ZKPATH_EMBEDDED_PREFIX, SFZ_HOLDER_MAX - 1);
+    if (opts->max_peer_skew_ms > 0 && (opts->query_peer == NULL || opts->skip_sanity_checks))
+        return sfz_fail(err, SFZ_ERR_ARG, "max_peer_skew_ms %d needs query_peer and the peer "
+                        "checks (skip_sanity_checks false), to ask the peers' clocks: allowed "
+                        "0 (off) without them", opts->max_peer_skew_ms);
 #define SFZ_CHECK(field, lo, hi, dflt) \
     if (!sf_option_in_range("", #field, opts->field, (lo), (hi), msg, sizeof msg)) \
         return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);

@@ -30,8 +30,11 @@ struct sf_fence {
     atomic_uint_fast64_t epoch;
     _Atomic int64_t lease_until;
     _Atomic int64_t reserved_until;
-    pthread_mutex_t lock; /* guards writers, reason and workers */
+    pthread_mutex_t lock; /* guards writers, reason, the hold and workers */
     char *reason;
+    bool published_serving; /* the gate the last publish asked for, hold aside */
+    bool held;              /* sf_fence_hold: shut whatever is published */
+    char hold[SF_FENCE_REASON_MAX]; /* ...and why */
     sf_worker **workers;  /* every worker ever published, freed with the fence */
     size_t nworkers;
     size_t capworkers;
@@ -147,14 +150,54 @@ void sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_unt
         reason = "out of memory publishing a worker";
         serving = false;
     }
-    sf_fence_set_reason(f, reason);
-    sf_fence_write(f, w, serving && w != NULL, lease_until_boot_ms, reserved_until_ms, 1);
+    f->published_serving = serving && w != NULL;
+    sf_fence_set_reason(f, f->published_serving && f->held ? f->hold : reason);
+    sf_fence_write(f, w, f->published_serving && !f->held, lease_until_boot_ms,
+                   reserved_until_ms, 1);
     pthread_mutex_unlock(&f->lock);
+}
+
+void sf_fence_hold(sf_fence *f, const char *reason)
+{
+    pthread_mutex_lock(&f->lock);
+    f->held = true;
+    snprintf(f->hold, sizeof f->hold, "%s", reason);
+    if (f->published_serving) {
+        sf_fence_set_reason(f, reason);
+        sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed), false,
+                       atomic_load_explicit(&f->lease_until, memory_order_relaxed),
+                       atomic_load_explicit(&f->reserved_until, memory_order_relaxed), 1);
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+void sf_fence_release(sf_fence *f)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->held && f->published_serving) {
+        sf_fence_set_reason(f, NULL);
+        sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed), true,
+                       atomic_load_explicit(&f->lease_until, memory_order_relaxed),
+                       atomic_load_explicit(&f->reserved_until, memory_order_relaxed), 1);
+    }
+    f->held = false;
+    pthread_mutex_unlock(&f->lock);
+}
+
+bool sf_fence_held(sf_fence *f, char *why, size_t len)
+{
+    pthread_mutex_lock(&f->lock);
+    bool held = f->held;
+    if (held)
+        snprintf(why, len, "%s", f->hold);
+    pthread_mutex_unlock(&f->lock);
+    return held;
 }
 
 void sf_fence_close(sf_fence *f, const char *reason)
 {
     pthread_mutex_lock(&f->lock);
+    f->published_serving = false;
     sf_fence_set_reason(f, reason);
     sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed), false, 0, 0, 1);
     pthread_mutex_unlock(&f->lock);

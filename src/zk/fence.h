@@ -48,6 +48,15 @@ void sf_fence_close(sf_fence *f, const char *reason);
  * the view before stay good. */
 void sf_fence_renew(sf_fence *f, int64_t lease_until_boot_ms, int64_t reserved_until_ms);
 
+/* Holds the gate shut for reason whatever the registry publishes (e.g. the clock is too far
+ * from the peers'), keeping the worker and the lease; a publish while held keeps it shut
+ * and /health says reason. sf_fence_release opens it again if the last publish serves. */
+void sf_fence_hold(sf_fence *f, const char *reason);
+void sf_fence_release(sf_fence *f);
+
+/* True while held, with why (len bytes) the hold's reason. */
+bool sf_fence_held(sf_fence *f, char *why, size_t len);
+
 /* The worker published last (NULL while none): owned by the fence. */
 sf_worker *sf_fence_worker(sf_fence *f);
 

@@ -315,6 +315,10 @@ void sf_registry_close(sf_registry *r)
     sf_registry_cancel(r);
     if (r->thread_started)
         pthread_join(r->thread, NULL);
+    pthread_mutex_lock(&r->mu);
+    while (r->zh_users > 0) /* a peer list read through zh ends within its timeout */
+        sf_reg_wait_locked(r, 100);
+    pthread_mutex_unlock(&r->mu);
     if (r->zh) {
         sf_reg_final_record(r);
         zookeeper_close(r->zh);

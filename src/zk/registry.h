@@ -61,6 +61,12 @@
  * holds "reserved <unix ms>" while the id is held, "released <unix ms>" (the exact last
  * timestamp) after a clean stop whose last write ZooKeeper confirmed; a plain number, from an
  * earlier version, is read as a reservation that ends one LEASE later.
+ * The reservation's length R is LEASE itself, not a setting: an id under a renewal is made
+ * within its lease, so LEASE is as far as the node can use; a longer R would only hold the
+ * next holder back, a shorter one would refuse ids while the lease holds (in steady state
+ * the lease ends 5T/12 after the send, the reservation 2T/3 after). A crash therefore loses
+ * nothing: state_interval_ms, the session timeout and startup_sleep_ms bound only how long
+ * the next holder waits, never whether it can repeat a (timestamp, worker) pair.
  *
  * GRACE = T/3: disconnected this long, the registry fences without waiting for the lease. */
 static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
@@ -139,6 +145,13 @@ int sf_registry_worker_ids_taken(sf_registry *r);
 
 /* The worker_id_path the registry claims under (its own copy, valid until closed). */
 const char *sf_registry_worker_id_path(sf_registry *r);
+
+/* Copies into out (at most max) the "host:port" of each peer under worker_id_path that
+ * serves Thrift (not ours, not an embedded holder), for the live clock checks. From any
+ * thread: it reads through the current session, which a new session waits for. Returns how
+ * many, or -1 with err filled while not connected or when the path cannot be listed. */
+int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], int max,
+                           char *err, size_t errlen);
 
 /* The session timeout ZooKeeper granted, in ms. */
 int sf_registry_session_timeout_ms(sf_registry *r);

@@ -113,6 +113,7 @@ struct sf_registry {
     int64_t session_started; /* boot ms just before the current session was asked for */
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
+    int zh_users;            /* other threads reading through zh: it is not closed meanwhile */
 
     int64_t held_id;         /* -1 while no id is held */
     int64_t floor_ms;        /* the floor found when the id was claimed */

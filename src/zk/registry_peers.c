@@ -1,4 +1,5 @@
-/* registry_peers.c -- the start-up sanity checks against the peers holding worker ids. */
+/* registry_peers.c -- the start-up sanity checks against the peers holding worker ids, and
+ * their list. */
 #define _POSIX_C_SOURCE 200809L
 #include "registry_peers.h"
 #include "registry_log.h"
@@ -183,4 +184,30 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
         }
     }
     return result;
+}
+
+int sf_registry_peers_list(const sf_registry_peers *p, char (*out)[SF_REGISTRY_PEER_MAX],
+                           int max, char *err, size_t errlen)
+{
+    struct String_vector kids = {0, NULL};
+    int rc = zoo_get_children(p->zh, p->worker_id_path, 0, &kids);
+    if (rc != ZOK) {
+        sf_registry_set_err(err, errlen, "cannot list %s: %s", p->worker_id_path, zerror(rc));
+        return -1;
+    }
+    int n = 0;
+    for (int i = 0; i < kids.count && n < max; i++) {
+        int64_t id, dc;
+        char path[SF_REG_PEERS_PATH_MAX];
+        if (!sf_zkpath_parse_worker_id(kids.data[i], &id))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", p->worker_id_path, kids.data[i]);
+        if (sf_reg_peers_get_string(p, path, out[n], SF_REGISTRY_PEER_MAX) != ZOK ||
+            (p->host_port && strcmp(out[n], p->host_port) == 0) ||
+            sf_zkpath_parse_embedded(out[n], &dc))
+            continue; /* gone meanwhile, ours, or serving no Thrift */
+        n++;
+    }
+    deallocate_String_vector(&kids);
+    return n;
 }

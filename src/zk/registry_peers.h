@@ -1,6 +1,7 @@
 /* registry_peers.h -- the original Snowflake's start-up sanity checks against the peers that
  * hold worker ids in ZooKeeper: each must report the id it holds and our datacenter, and their
- * mean clock must be near ours. Separate from the registry, which only claims and fences.
+ * mean clock must be near ours; and the list of those peers, for the live clock checks.
+ * Separate from the registry, which only claims and fences.
  *
  * Convention: returns 0 or -1 with an actionable message in the caller's err buffer. */
 #ifndef SF_REGISTRY_PEERS_H
@@ -36,5 +37,11 @@ typedef struct sf_registry_peers {
  * and the peers' mean clock against ours; an embedded holder is not queried (it serves no
  * Thrift), its node's datacenter is checked. Returns 0, or -1 with err filled. */
 int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen);
+
+/* Copies into out (at most max) the node data, "host:port", of every peer under
+ * worker_id_path that serves Thrift: not ours, not an embedded holder. Returns how many, or
+ * -1 with err filled when the path cannot be listed. */
+int sf_registry_peers_list(const sf_registry_peers *p, char (*out)[SF_REGISTRY_PEER_MAX],
+                           int max, char *err, size_t errlen);
 
 #endif /* SF_REGISTRY_PEERS_H */

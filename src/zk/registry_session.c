@@ -52,6 +52,8 @@ static void sf_reg_auth_done(int rc, const void *data)
 int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
 {
     pthread_mutex_lock(&r->mu);
+    while (r->zh_users > 0) /* a peer list read through it ends within its timeout */
+        sf_reg_wait_locked(r, 100);
     zhandle_t *old = r->zh;
     r->zh = NULL;
     r->connected = false;

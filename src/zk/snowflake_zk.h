@@ -84,7 +84,9 @@ typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
     X(claim_retries, 0, 100, 2)         /* a taken static id is tried this many more times */ \
     X(claim_retry_wait_ms, 0, 600000, 10000)                                                \
     X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded this often */ \
-    X(startup_sleep_ms, 0, 600000, 0)   /* after the claim, wait this long before serving */
+    X(startup_sleep_ms, 0, 600000, 0)   /* after the claim, wait this long before serving */ \
+    X(max_peer_skew_ms, 0, 600000, 0)   /* refuse ids while our clock is this far from the \
+                                           peers' (needs query_peer); 0 = off */
 
 typedef struct sfz_options {
     const char *zookeeper;      /* "host:port,host:port"; required */
@@ -170,6 +172,34 @@ int64_t sfz_datacenter_id(sfz *h);
  * every change ZooKeeper reports, so ids pay nothing for it. -1 before the first count.
  * path (pathlen bytes), when not NULL, receives that path ("" while none). */
 int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen);
+
+/* The live clock check: with query_peer given, the handle asks up to SFZ_SKEW_SAMPLE peers
+ * that serve Thrift for their clock every SFZ_SKEW_INTERVAL_MS, on a thread of its own, each
+ * answer corrected by half its round trip. Its estimate of our skew is the median of the
+ * offsets with our own (0) among them (of two middle values, the one nearer 0), so that one
+ * node whose clock drifts is out of line and the others are not; with max_peer_skew_ms set,
+ * a skew beyond it refuses ids (SFZ_ERR_FENCED, saying so) until a later round is within
+ * it, or no peer answers (nothing to compare with, as at start-up). */
+#define SFZ_SKEW_SAMPLE 3
+#define SFZ_SKEW_INTERVAL_MS 1000
+/* The histogram's upper bounds in ms (each bucket holds the offsets <= its bound and above
+ * the one before; one more bucket holds those above the last). */
+#define SFZ_SKEW_BUCKETS 11
+#define SFZ_SKEW_BOUNDS_MS { -10000, -1000, -100, -10, -1, 0, 1, 10, 100, 1000, 10000 }
+
+typedef struct sfz_skew {
+    bool known;            /* a round had an answer: skew_ms is an estimate */
+    bool fenced;           /* ids refused: |skew_ms| > max_peer_skew_ms */
+    int64_t skew_ms;       /* our clock minus the peers', from the last round with answers */
+    int64_t peers;         /* peers that answered in the last round */
+    uint64_t samples;      /* every answer so far */
+    uint64_t failures;     /* every peer that did not answer */
+    int64_t sum_ms;        /* of every offset (our clock minus a peer's) */
+    uint64_t buckets[SFZ_SKEW_BUCKETS + 1]; /* the offsets, per bound (not cumulative) */
+} sfz_skew;
+
+/* The live clock check's figures now (all zero without query_peer). */
+void sfz_get_skew(sfz *h, sfz_skew *out);
 
 /* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
 void sfz_get_stats(sfz *h, sf_worker_stats *out);

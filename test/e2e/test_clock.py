@@ -74,11 +74,16 @@ def test_refusals_counted(srv, clock):
         "no clock-backwards counter above 0 in %s" % body
 
 
-def main():
-    sftest.require_server()
+def require_faketime():
+    """Skips the test when libfaketime is not installed."""
     if not os.path.exists(FAKETIME_LIB):
         print("%s is missing: apt-get install faketime" % FAKETIME_LIB)
         raise SystemExit(sftest.SKIP)
+
+
+def main():
+    sftest.require_server()
+    require_faketime()
     r = sftest.Runner("test_clock")
     clock = FakeClock()
     try:

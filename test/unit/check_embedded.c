@@ -141,7 +141,7 @@ START_TEST(start_serves_and_stop_releases)
 END_TEST
 
 /* Every integer option at its maximum (but startup_sleep_ms, which would only make the test
- * wait ten minutes) starts and serves: the session timeout asked for is above what the
+ * wait ten minutes, and max_peer_skew_ms, refused without query_peer) starts and serves: the session timeout asked for is above what the
  * server grants, and the lease follows what it grants. */
 START_TEST(options_at_their_maxima_serve)
 {
@@ -153,6 +153,11 @@ START_TEST(options_at_their_maxima_serve)
 #define SET_MAX(field, lo, hi, dflt) o.field = (hi);
     SFZ_INT_OPTIONS(SET_MAX)
 #undef SET_MAX
+    /* The live clock check asks the peers through query_peer, which this program lacks. */
+    ck_assert_int_eq(sfz_options_check(&o, &err), SFZ_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "max_peer_skew_ms 600000 needs query_peer") != NULL, "%s",
+                  err.message);
+    o.max_peer_skew_ms = 0;
     o.startup_sleep_ms = 0;
     o.worker_id = SF_MAX_WORKER_ID;
     o.datacenter_id = SF_MAX_DATACENTER_ID;

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""test_skew.py -- the live clock check, end to end: three snowflaked registered in a real
+ZooKeeper, one of them under libfaketime with its wall clock moved while it runs (its
+monotonic and boot clocks left alone, as NTP would). Its skew gauge and its peers' offset
+histogram follow the move; past max_peer_skew_ms it refuses ids, /health names the skew,
+and the two others serve on; moved back, it serves again. Every process is stopped however
+the test ends."""
+import re
+
+import sftest
+from sftest import Server, wait_until
+from test_clock import FakeClock, require_faketime
+
+ZK = sftest.ZooKeeper()
+PATH = "/skew-test"
+MAX_SKEW_MS = 1500
+
+
+def node(worker_id, env=None):
+    """A snowflaked under PATH with the live clock check bounded by MAX_SKEW_MS."""
+    args = ["--zookeeper", ZK.hosts,
+            "--set", "snowflake.worker_id_path=%s" % PATH,
+            "--set", "zookeeper.session_timeout_ms=4000",
+            "--set", "zookeeper.max_peer_skew_ms=%d" % MAX_SKEW_MS]
+    return Server(args, env=env, admin=True, worker_id=worker_id, datacenter_id=2,
+                  wait_serving=False)
+
+
+def metric(srv, name):
+    """The value of snowflake_<name> on srv's /metrics, or None when it is not there."""
+    status, body = srv.http("/metrics")
+    assert status == 200, status
+    m = re.search(r"^snowflake_%s (-?\d+)$" % re.escape(name), body, re.M)
+    return int(m.group(1)) if m else None
+
+
+def skew_near(srv, want_ms, slack_ms=400):
+    """True when srv's skew gauge is within slack of want, from a round with answers."""
+    skew = metric(srv, "peer_clock_skew_ms")
+    return metric(srv, "peer_clock_known") == 1 and skew is not None and \
+        abs(skew - want_ms) <= slack_ms
+
+
+def ids_served(srv):
+    """True when srv hands out an id now."""
+    try:
+        with srv.client(timeout=2.0) as api:
+            return api.get_id("skew-test") > 0
+    except Exception:  # refused, closed or unavailable: not serving
+        return False
+
+
+def offset_seen(srv):
+    """True when srv's offset histogram on /stats.txt holds an offset in -10000..-100 ms."""
+    status, text = srv.http("/stats.txt")
+    m = re.search(r"peer_clock_offset_ms: \(le_-10000=(\d+), le_-1000=\d+, le_-100=(\d+)", text)
+    return status == 200 and m is not None and int(m.group(2)) > int(m.group(1))
+
+
+def test_gauge_follows_drift(nodes, clock):
+    a, b, c = nodes
+    for srv in nodes:
+        wait_until(lambda: skew_near(srv, 0), 15, "a skew near 0 on worker %s" % srv.argv)
+    clock.set("+1s")  # within the bound: measured, not refused
+    wait_until(lambda: skew_near(c, 1000), 15, "the moved node's gauge near +1000 ms")
+    assert ids_served(c), "a node within max_peer_skew_ms must serve"
+    assert skew_near(a, 0) and skew_near(b, 0), \
+        "one node's drift must not move the others' estimate: %r %r" % (
+            metric(a, "peer_clock_skew_ms"), metric(b, "peer_clock_skew_ms"))
+    wait_until(lambda: offset_seen(a), 10,
+               "an offset near -1000 ms (ours minus the moved node's) in /stats.txt")
+    assert "peer_clock_skew_ms:" in a.http("/stats.txt")[1]
+    status, body = a.http("/metrics")
+    assert "# TYPE snowflake_peer_clock_offset_ms histogram" in body, body
+    assert re.search(r'^snowflake_peer_clock_offset_ms_bucket\{le="\+Inf"\} [1-9]', body, re.M), body
+
+
+def test_fence_trips_and_recovers(nodes, clock):
+    a, b, c = nodes
+    clock.set("+4s")
+    # Its reservation in ZooKeeper may refuse ids first, until the next renewal.
+    wait_until(lambda: "max_peer_skew_ms" in c.http("/health")[1], 15,
+               "the moved node fenced for its skew")
+    status, body = c.http("/health")
+    assert status == 503, (status, body)
+    assert "max_peer_skew_ms = %d" % MAX_SKEW_MS in body and "ahead of the peers'" in body, body
+    assert metric(c, "peer_clock_fenced") == 1
+    assert skew_near(c, 4000, 600), metric(c, "peer_clock_skew_ms")
+    assert not ids_served(c), "a node past max_peer_skew_ms must refuse ids"
+    for srv in (a, b):
+        assert srv.http("/health")[0] == 200, srv.http("/health")
+        assert ids_served(srv), "the nodes whose clocks agree must serve on"
+    c.wait_for(r"our clock is \d+ ms ahead of the peers'", 5)
+    clock.set("+0")
+    wait_until(lambda: c.http("/health")[0] == 200, 15, "the node serving again")
+    wait_until(lambda: ids_served(c), 10, "ids from the node again")
+    assert metric(c, "peer_clock_fenced") == 0
+    c.wait_for(r"our clock is back within max_peer_skew_ms", 5)
+
+
+def main():
+    sftest.require_server()
+    sftest.require_zookeeper_client()
+    require_faketime()
+    r = sftest.Runner("test_skew")
+    clock = FakeClock()
+    env = dict(clock.env(), FAKETIME_DONT_FAKE_MONOTONIC="1")
+    try:
+        ZK.start()
+        nodes = []
+        for worker, node_env in ((1, None), (2, None), (3, env)):
+            srv = node(worker, node_env).start()
+            srv.wait_for(r"serving ids as worker id %d" % worker, 20)
+            nodes.append(srv)
+        r.run(test_gauge_follows_drift, nodes, clock)
+        r.run(test_fence_trips_and_recovers, nodes, clock)
+    finally:
+        clock.remove()
+        ZK.remove()
+    r.finish()
+
+
+if __name__ == "__main__":
+    main()
