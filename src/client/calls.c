@@ -4,13 +4,19 @@
 #define _POSIX_C_SOURCE 200809L
 #include "client_internal.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clocks.h"
 #include "lib/snowflake.h"
 #include "sf_thrift_snowflake.h"
+
+/* The pause before another round over nodes that all failed: doubling up to the max. */
+#define SFC_ROUND_PAUSE_MS 10
+#define SFC_ROUND_PAUSE_MAX_MS 200
 
 /* How a try on one node ended. */
 typedef enum {
@@ -145,26 +151,60 @@ static void sfc_add_reason(char *reasons, size_t len, const char *why)
     snprintf(reasons + used, len - used, "%s%s", used > 0 ? "; " : "", why);
 }
 
-/* The failover loop: each node at most once per call (a broken pooled connection gets one
- * fresh one on the same node first: a node that closed an idle connection is not down). */
+/* Sleeps before another round over the nodes: *pause_ms, never past deadline; doubles
+ * *pause_ms up to SFC_ROUND_PAUSE_MAX_MS. False when the deadline leaves no time. */
+static bool sfc_round_pause(int64_t deadline, int64_t *pause_ms)
+{
+    int64_t left = deadline - sf_clocks_mono_ms();
+    if (left <= 0)
+        return false;
+    int64_t ms = *pause_ms < left ? *pause_ms : left;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    *pause_ms = *pause_ms * 2 < SFC_ROUND_PAUSE_MAX_MS ? *pause_ms * 2 : SFC_ROUND_PAUSE_MAX_MS;
+    return deadline > sf_clocks_mono_ms();
+}
+
+/* The failover loop: rounds over the nodes, each node at most once per round (a broken
+ * pooled connection gets one fresh one on the same node first: a node that closed an idle
+ * connection is not down). A round in which every node failed is followed by another after
+ * a short pause, until the deadline: a moment in which no node serves (an election in
+ * ZooKeeper can fence a whole fleet for a few hundred ms) costs the caller time, not an
+ * error. */
 static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *call,
                    sfc_error *err)
 {
     enum { MAX_TRIES = 64 };
     sfc_pool *p = &c->pool;
     sfc_server *tried[MAX_TRIES];
-    int ntried = 0, clock_errors = 0, other_errors = 0;
-    bool fresh_used = false;
-    char reasons[SFC_ERROR_MAX - 100] = "";
+    int ntried = 0, clock_errors = 0, other_errors = 0, tries = 0, rounds = 1, last_n = 0;
+    int64_t pause_ms = SFC_ROUND_PAUSE_MS;
+    bool fresh_used = false, partial = false, clock_twice = false;
+    char clock_from[SFC_SERVER_MAX] = ""; /* the node whose InvalidSystemClock the last try met */
+    /* What the nodes said this round, and in the last whole round before it. */
+    char reasons[SFC_ERROR_MAX - 100] = "", last[sizeof reasons] = "";
     char why[512];
-    while (ntried < MAX_TRIES) {
-        sfc_server *s = sfc_pool_pick(p, tried, ntried, deadline, why, sizeof why);
+    for (;;) {
+        sfc_server *s = ntried < MAX_TRIES
+                            ? sfc_pool_pick(p, tried, ntried, deadline, why, sizeof why) : NULL;
         if (s == NULL) {
-            if (ntried == 0)
+            /* Every node failed this round (or none is listed by the deadline). */
+            if (ntried == 0) {
                 sfc_add_reason(reasons, sizeof reasons, why);
-            break;
+                break;
+            }
+            if (!sfc_round_pause(deadline, &pause_ms))
+                break;
+            memcpy(last, reasons, sizeof last);
+            last_n = ntried;
+            reasons[0] = '\0';
+            ntried = 0;
+            rounds++;
+            continue;
         }
         tried[ntried++] = s;
+        tries++;
         sfc_outcome out;
         do {
             int64_t left = deadline - sf_clocks_mono_ms();
@@ -172,6 +212,7 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
                 snprintf(why, sizeof why, "%s not tried: the deadline passed", s->name);
                 sfc_pool_release(p, s);
                 sfc_add_reason(reasons, sizeof reasons, why);
+                partial = true;
                 goto failed;
             }
             int try_ms = sfc_pool_count(p) <= 1 || left < c->o.try_timeout_ms
@@ -205,34 +246,47 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
         if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED) {
             if (call != NULL) {
                 snprintf(call->server, sizeof call->server, "%s", s->name);
-                call->tries = ntried;
-                call->failovers = ntried - 1;
+                call->tries = tries;
+                call->failovers = tries - 1;
             }
-            atomic_fetch_add(&c->failovers, (uint_fast64_t)(ntried - 1));
+            atomic_fetch_add(&c->failovers, (uint_fast64_t)(tries - 1));
             sfc_pool_release(p, s);
             if (out == SFC_TRY_REFUSED)
                 return sfc_fail(err, SFC_ERR_REFUSED, "%s", why);
             return SFC_OK;
         }
-        sfc_pool_release(p, s);
         sfc_add_reason(reasons, sizeof reasons, why);
         if (out == SFC_TRY_CLOCK) {
-            if (++clock_errors >= 2)
-                break;
+            clock_errors++;
+            /* Two nodes' clocks in a row: a clock step across hosts, which the caller should
+             * hear of rather than wait out. */
+            clock_twice = clock_from[0] != '\0' && strcmp(clock_from, s->name) != 0;
+            snprintf(clock_from, sizeof clock_from, "%s", s->name);
         } else {
+            clock_from[0] = '\0';
             other_errors++;
         }
+        sfc_pool_release(p, s); /* s may go with it: not used after */
+        if (clock_twice)
+            break;
     }
 failed:
     if (call != NULL) {
         call->server[0] = '\0';
-        call->tries = ntried;
-        call->failovers = ntried > 0 ? ntried - 1 : 0;
+        call->tries = tries;
+        call->failovers = tries > 0 ? tries - 1 : 0;
     }
-    if (clock_errors > 0 && other_errors == 0)
+    if (clock_twice || (clock_errors > 0 && other_errors == 0))
         return sfc_fail(err, SFC_ERR_CLOCK, "%s", reasons);
-    return sfc_fail(err, SFC_ERR_UNAVAILABLE, "no node gave %s within %d ms (%d tried): %s",
-                    r->method, c->o.timeout_ms, ntried, reasons);
+    if (partial && last_n > 0) { /* the deadline cut a round short: the whole one says more */
+        memcpy(reasons, last, sizeof reasons);
+        ntried = last_n;
+    }
+    char in_rounds[32] = "";
+    if (rounds > 1)
+        snprintf(in_rounds, sizeof in_rounds, ", in %d rounds", rounds);
+    return sfc_fail(err, SFC_ERR_UNAVAILABLE, "no node gave %s within %d ms (%d tried%s): %s",
+                    r->method, c->o.timeout_ms, ntried, in_rounds, reasons);
 }
 
 int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,

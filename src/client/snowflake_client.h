@@ -8,9 +8,10 @@
  * and spreads calls over the nodes. A call that meets a failed connect, a broken or silent
  * connection, a closed port or ServiceUnavailable moves to another node within the call's
  * deadline; the node that failed is skipped for a backoff (doubling, capped) and then one
- * call probes it before the others use it again. The caller's own errors
- * (InvalidUserAgentError, InvalidRequestError) are returned at once; InvalidSystemClock is
- * tried on one other node before it is returned.
+ * call probes it before the others use it again; when every node failed, the call tries
+ * them all again after a short pause (10 ms, doubling up to 200 ms) until its deadline.
+ * The caller's own errors (InvalidUserAgentError, InvalidRequestError) are returned at
+ * once; InvalidSystemClock is tried on one other node before it is returned.
  *
  * With prefetch on, a background thread keeps up to `prefetch` ids fetched with get_ids and
  * sfc_next_id hands them out locally, never one whose timestamp is more than max_id_age_ms

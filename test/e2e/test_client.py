@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import sftest
@@ -149,12 +150,73 @@ def unavailable_node_is_skipped():
             d.close()
         with Drive("--servers", "%s,%s" % (hostport(waiting), hostport(good))) as d:
             r = d.run(1)
-            assert r["errors"] == 0 and r["ids"] > 0, r
-            assert "%s:down" % hostport(waiting) in d.servers()[1], d.servers()
+            assert r["errors"] == 0 and r["ids"] > 0 and r["failovers"] > 0, r
+            # Skipped after each ServiceUnavailable (a probe's get_timestamp, which a node
+            # not serving answers, lets calls try it again after its backoff).
+            wait_until(lambda: d.ask("id").split()[0] == "ok" and
+                       "%s:down" % hostport(waiting) in d.servers()[1], 5,
+                       "the node not serving skipped")
             d.close()
     finally:
         waiting.stop()
         good.stop()
+
+
+def a_moment_with_no_node_serving_is_ridden_out():
+    """Every node refusing for a moment (a ZooKeeper election can fence a whole fleet at
+    once) costs a call time, not an error: it tries the nodes again until its deadline."""
+    port = sftest.free_port()
+    srv = None
+    with Drive("--servers", "127.0.0.1:%d" % port, "--timeout-ms", "8000") as d:
+        try:
+            answer = []
+            asking = threading.Thread(target=lambda: answer.append(d.ask("id")))
+            asking.start()
+            time.sleep(0.5)  # the call has found the node's port closed
+            srv = node(10, args=["--port", str(port)])
+            asking.join(15)
+            assert answer and answer[0].split()[0] == "ok", answer
+            ms = int(answer[0].split()[-1].split("=")[1])
+            assert ms >= 400, "the call had nothing to wait for: %r" % answer
+            d.close()
+        finally:
+            if srv is not None:
+                srv.stop()
+
+
+def clock_refusals_from_one_node_and_from_two():
+    """InvalidSystemClock from two nodes in a row comes back at once (SFC_ERR_CLOCK): a clock
+    step across hosts. From one node, while the others refuse connections, the call waits
+    the refusal out within its deadline."""
+    clock = FakeClock()
+    a = node(11, env=clock.env())
+    b = node(12, env=clock.env())
+    closed = "127.0.0.1:%d" % sftest.free_port()
+    try:
+        with Drive("--servers", "%s,%s" % (hostport(a), hostport(b)), "--timeout-ms",
+                   "3000") as d:
+            assert d.ask("id").split()[0] == "ok"
+            assert d.ask("id").split()[0] == "ok"  # both have made ids
+            clock.set("-5s")
+            words = d.ask("id").split(maxsplit=3)
+            assert words[:2] == ["error", str(SF_ERR_CLOCK)], words
+            assert int(words[2].split("=")[1]) < 1000, words
+            assert "InvalidSystemClock" in words[3], words
+            d.close()
+        b.stop()
+        clock.set("+0")
+        with Drive("--servers", "%s,%s" % (hostport(a), closed), "--timeout-ms",
+                   "8000") as d:
+            assert d.ask("id").split()[0] == "ok"
+            clock.set("-2s")
+            words = d.ask("id").split()
+            assert words[0] == "ok", words
+            assert int(words[-1].split("=")[1]) >= 1000, "no refusal waited out: %r" % words
+            d.close()
+    finally:
+        for s in (a, b):
+            s.stop()
+        clock.remove()
 
 
 def deadlines_hold_with_every_node_down():
@@ -249,7 +311,7 @@ def cli_servers_zookeeper_and_watch():
     path = "/client-cli"
     srv = registered(path, 3)
     try:
-        wait_until(lambda: "serving ids" in srv.log(), 15, "the node serving")
+        wait_until(lambda: "serving ids as worker id" in srv.log(), 15, "the node serving")
         cli = sftest.SNOWFLAKE_CLI
         dead = "127.0.0.1:%d" % sftest.free_port()
         out = subprocess.run([cli, "--servers", "%s,%s" % (dead, hostport(srv)), "id"],
@@ -287,6 +349,8 @@ def main():
     r.run(failover_on_each_failure_kind)
     r.run(unavailable_node_is_skipped)
     r.run(deadlines_hold_with_every_node_down)
+    r.run(a_moment_with_no_node_serving_is_ridden_out)
+    r.run(clock_refusals_from_one_node_and_from_two)
     r.run(discovery_follows_joins_fences_and_leaves)
     r.run(prefetch_never_hands_out_old_ids)
     r.run(cli_servers_zookeeper_and_watch)
