@@ -3,12 +3,15 @@
 ZooKeeper, one of them under libfaketime with its wall clock moved while it runs (its
 monotonic and boot clocks left alone, as NTP would). Its skew gauge and its peers' offset
 histogram follow the move; past max_peer_skew_ms it refuses ids, /health names the skew,
-and the two others serve on; moved back, it serves again. Every process is stopped however
-the test ends."""
+and the two others serve on; moved back, it serves again. And the reservation: a node
+killed while its clock runs ahead and restarted on the true clock waits until it is past
+every millisecond the crashed run could have used. Every process is stopped however the
+test ends."""
 import re
+import signal
 
 import sftest
-from sftest import Server, wait_until
+from sftest import Server, decode, wait_until
 from test_clock import FakeClock, require_faketime
 
 ZK = sftest.ZooKeeper()
@@ -98,6 +101,42 @@ def test_fence_trips_and_recovers(nodes, clock):
     c.wait_for(r"our clock is back within max_peer_skew_ms", 5)
 
 
+def test_crash_ahead_restart_behind():
+    """kill -9 while the clock runs 6 s ahead, a restart on the true clock on the same worker
+    id: the last timestamp is recorded only by the lease renewals' reservations (the
+    periodic record set to a minute), and they hold the new run back."""
+    clock = FakeClock()
+    args = ["--zookeeper", ZK.hosts, "--set", "snowflake.worker_id_path=/crash-test",
+            "--set", "zookeeper.session_timeout_ms=2000",
+            "--set", "zookeeper.state_interval_ms=60000"]
+    zk = ZK.client()
+    crashed = restarted = None
+    try:
+        clock.set("+6s")
+        crashed = Server(args, env=dict(clock.env(), FAKETIME_DONT_FAKE_MONOTONIC="1"),
+                         worker_id=5, datacenter_id=2, wait_serving=False).start()
+        crashed.wait_for(r"serving ids as worker id 5", 20)
+        with crashed.client() as api:
+            last = max(decode(api.get_id("skew-test"))[0] for _ in range(100))
+        crashed.stop(signal.SIGKILL)
+        wait_until(lambda: zk.exists("/crash-test/5") is None, 15,
+                   "the crashed node's session gone")
+        restarted = Server(args, worker_id=5, datacenter_id=2, wait_serving=False).start()
+        restarted.wait_for(r"waiting \d+ ms for the clock to pass the floor recorded for worker "
+                           r"id 5 \(the reservation", 20)
+        restarted.wait_for(r"serving ids as worker id 5", 20)
+        with restarted.client() as api:
+            first = decode(api.get_id("skew-test"))[0]
+        assert first > last, "the restarted run's first id at %d, not after the crashed " \
+            "run's last at %d" % (first, last)
+    finally:
+        for srv in (crashed, restarted):
+            if srv is not None:
+                srv.stop()
+        zk.stop()
+        clock.remove()
+
+
 def main():
     sftest.require_server()
     sftest.require_zookeeper_client()
@@ -114,6 +153,7 @@ def main():
             nodes.append(srv)
         r.run(test_gauge_follows_drift, nodes, clock)
         r.run(test_fence_trips_and_recovers, nodes, clock)
+        r.run(test_crash_ahead_restart_behind)
     finally:
         clock.remove()
         ZK.remove()
