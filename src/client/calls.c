@@ -265,6 +265,8 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
         } else {
             clock_from[0] = '\0';
             other_errors++;
+            /* A try the deadline ended says only that time ran out: the round is cut short. */
+            partial = partial || (out == SFC_TRY_TIMEOUT && sf_clocks_mono_ms() >= deadline);
         }
         sfc_pool_release(p, s); /* s may go with it: not used after */
         if (clock_twice)
