@@ -111,7 +111,9 @@ typedef struct sfc_client sfc_client;
  * the ZooKeeper watch (whose first answer calls wait for, within their deadline), and the
  * prefetch thread. Connects to nodes only when calls need them. NULL on error. SIGPIPE is
  * set to be ignored unless the program handles it already: a node that closes a connection
- * fails a call, it must not end the program. */
+ * fails a call, it must not end the program. The first call also mends Thrift 0.17 c_glib's
+ * classes for the whole process (finalizers that do not chain up, a flush that hides a
+ * failed write): a program with Thrift objects of its own calls it before making them. */
 sfc_client *sfc_open(const sfc_options *o, sfc_error *err);
 
 /* One id. call (may be NULL) says which node made it and what it took. */

@@ -10,10 +10,10 @@
  * a class without a finalize of its own (it inherits one that chains) is left alone.
  * Without it each instance leaks the GObject data GLib attaches during g_object_unref
  * (about 32 bytes per request and reply, 96 per client connection). Idempotent and
- * thread-safe; servers and long-running clients call it from main, before any
- * Thrift object exists. Verified on Thrift 0.17 only, whose finalizers do not chain
- * up (configure refuses other versions: on one whose finalizers chain, this would
- * run the parent's finalize twice). */
+ * thread-safe; servers call it from main and libsnowflake-client from sfc_open, before
+ * any Thrift object of theirs exists. Verified on Thrift 0.17 only, whose finalizers do
+ * not chain up (configure refuses other versions: on one whose finalizers chain, this
+ * would run the parent's finalize twice). */
 void sf_thrift_fix_finalize(void);
 
 /* Replaces two steps of the library's request processing with ones that
