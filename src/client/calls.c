@@ -4,11 +4,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "client_internal.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/clocks.h"
 #include "lib/snowflake.h"
@@ -158,10 +156,7 @@ static bool sfc_round_pause(int64_t deadline, int64_t *pause_ms)
     int64_t left = deadline - sf_clocks_mono_ms();
     if (left <= 0)
         return false;
-    int64_t ms = *pause_ms < left ? *pause_ms : left;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    sf_clocks_sleep_ms(*pause_ms < left ? *pause_ms : left);
     *pause_ms = *pause_ms * 2 < SFC_ROUND_PAUSE_MAX_MS ? *pause_ms * 2 : SFC_ROUND_PAUSE_MAX_MS;
     return deadline > sf_clocks_mono_ms();
 }

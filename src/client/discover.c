@@ -183,12 +183,15 @@ sfc_discover *sfc_discover_start(const char *hosts, const char *path, int sessio
     d->on_why = on_why;
     d->ctx = ctx;
     d->dirty = true;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    if (sf_clocks_cond_init(&d->wake) != 0) {
+        snprintf(why, whylen, "cannot set up the ZooKeeper watch's condition");
+        pthread_mutex_destroy(&d->lock);
+        free(d->path);
+        free(d->hosts);
+        free(d);
+        return NULL;
+    }
     d->zh = zookeeper_init(hosts, sfc_discover_watcher, session_timeout_ms, NULL, d, 0);
     int rc = d->zh == NULL ? errno : pthread_create(&d->thread, NULL, sfc_discover_run, d);
     if (rc != 0) {

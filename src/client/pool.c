@@ -181,15 +181,11 @@ static void *sfc_pool_prober(void *arg)
 bool sfc_pool_init(sfc_pool *p, const sfc_options *o, char *why, size_t whylen)
 {
     memset(p, 0, sizeof *p);
-    pthread_condattr_t attr;
-    if (pthread_mutex_init(&p->lock, NULL) != 0 || pthread_condattr_init(&attr) != 0 ||
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
-        pthread_cond_init(&p->changed, &attr) != 0 ||
-        pthread_cond_init(&p->probe_wake, &attr) != 0) {
+    if (pthread_mutex_init(&p->lock, NULL) != 0 || sf_clocks_cond_init(&p->changed) != 0 ||
+        sf_clocks_cond_init(&p->probe_wake) != 0) {
         snprintf(why, whylen, "cannot set up the pool's lock");
         return false;
     }
-    pthread_condattr_destroy(&attr);
     p->connections_per_server = o->connections_per_server;
     p->try_timeout_ms = o->try_timeout_ms;
     p->backoff_ms = o->backoff_ms;

@@ -86,16 +86,14 @@ sfc_prefetch *sfc_prefetch_start(int capacity, int batch, int max_age_ms, int64_
     pf->epoch_ms = epoch_ms;
     pf->fetch = fetch;
     pf->ctx = ctx;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&pf->lock, NULL);
-    pthread_cond_init(&pf->wake, &attr);
-    pthread_cond_init(&pf->have, &attr);
-    pthread_condattr_destroy(&attr);
-    int rc = pthread_create(&pf->thread, NULL, sfc_prefetch_run, pf);
+    int rc = sf_clocks_cond_init(&pf->wake);
+    if (rc == 0)
+        rc = sf_clocks_cond_init(&pf->have);
+    if (rc == 0)
+        rc = pthread_create(&pf->thread, NULL, sfc_prefetch_run, pf);
     if (rc != 0) {
-        snprintf(why, whylen, "cannot start the prefetch thread: %s", strerror(rc));
+        snprintf(why, whylen, "cannot set up the prefetch thread: %s", strerror(rc));
         pthread_cond_destroy(&pf->wake);
         pthread_cond_destroy(&pf->have);
         pthread_mutex_destroy(&pf->lock);

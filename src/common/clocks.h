@@ -1,5 +1,5 @@
-/* clocks.h -- the clocks snowflaked times things by, read in one place so that every module
- * agrees on which clock a deadline or a lease is on. Plain C; inline, because the server
+/* clocks.h -- the clocks snowflaked times things by, read (and waited on) in one place so
+ * that every module agrees on which clock a deadline or a lease is on. Plain C; inline, because the server
  * reads them on every request. (The ids themselves are on the wall clock, which the
  * generator reads through its own clock hook.) clock_gettime cannot fail for these clock
  * ids on Linux, which is all this builds on (CLOCK_BOOTTIME and CLOCK_MONOTONIC_COARSE are
@@ -7,6 +7,8 @@
 #ifndef SF_CLOCKS_H
 #define SF_CLOCKS_H
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -41,6 +43,29 @@ static inline struct timespec sf_clocks_mono_timespec(int64_t mono_ms)
 {
     struct timespec ts = {.tv_sec = mono_ms / 1000, .tv_nsec = (mono_ms % 1000) * 1000000};
     return ts;
+}
+
+/* Initialises cond on CLOCK_MONOTONIC, for waits until an sf_clocks_mono_timespec deadline.
+ * 0, or the error number of the step that failed. */
+static inline int sf_clocks_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    int rc = pthread_condattr_init(&attr);
+    if (rc != 0)
+        return rc;
+    rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+/* Sleeps ms milliseconds, on through signals. */
+static inline void sf_clocks_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        continue;
 }
 
 /* Milliseconds on CLOCK_BOOTTIME: the clock of every lease. Unlike CLOCK_MONOTONIC it runs on

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clocks.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
 #include "embedded_options.h"
@@ -218,16 +219,12 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
         return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory allocating the handle");
     h->o = *opts;
     h->event_fd = -1;
-    pthread_condattr_t attr;
     pthread_mutex_init(&h->lock, NULL);
     pthread_mutex_init(&h->transition, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* retry waits ignore clock steps */
-    pthread_cond_init(&h->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    bool woken = sf_clocks_cond_init(&h->wake) == 0; /* retry waits ignore clock steps */
     snprintf(h->state.reason, sizeof h->state.reason, "starting");
     h->default_holder = opts->holder == NULL;
-    bool ok = sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
+    bool ok = woken && sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
               sfz_copy(opts->worker_id_path, &h->worker_id_path) &&
               (h->default_holder ? (h->holder = malloc(SFZ_HOLDER_MAX)) != NULL
                                  : sfz_copy(opts->holder, &h->holder));

@@ -72,12 +72,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
     r->state = SF_REG_CONNECTING;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_t cattr;
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &cattr);
-    pthread_condattr_destroy(&cattr);
-    if (!r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
+    if (sf_clocks_cond_init(&r->cv) != 0 || !r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
         sf_registry_set_err(err, errlen, "out of memory");
         sf_registry_close(r);

@@ -4,13 +4,12 @@
 #include "registry_peers.h"
 #include "registry_log.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clocks.h"
 #include "common/zkpath.h"
 #include "lib/snowflake.h"
 
@@ -60,9 +59,7 @@ static int sf_reg_peers_query(const sf_registry_peers *p, const char *peer, int6
     for (int wait = 0; qrc == 0 && *pw == -1 && wait < SF_REG_PEERS_STARTING_TRIES; wait++) {
         if (sf_reg_peers_cancelled(p))
             break;
-        struct timespec ts = {0, SF_REG_PEERS_STARTING_WAIT_MS * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
+        sf_clocks_sleep_ms(SF_REG_PEERS_STARTING_WAIT_MS);
         qrc = p->query_peer(p->peer_ctx, peer, pw, pd, pt, perr, perrlen);
     }
     return qrc;
