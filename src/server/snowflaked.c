@@ -88,7 +88,7 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
     sf_daemon *d = ctx;
     sfz_skew skew;
-    g_mutex_lock(&d->stop_lock); /* d->zk is freed only after it is cleared under the lock */
+    g_mutex_lock(&d->stop_lock); /* d->zk is set and cleared under the lock */
     gboolean registered = d->zk != NULL;
     if (registered)
         sfz_get_skew(d->zk, &skew);
@@ -465,15 +465,18 @@ static void sf_daemon_shutdown(sf_daemon *d)
         sf_server_get_stats(d->server, &ss);
         g_message("stopped after %" G_GUINT64_FORMAT " requests", ss.frames_processed);
     }
+    /* Before the registration and the audit log go: its requests read both. */
+    sf_admin_stop(d->admin);
+    d->admin = NULL;
     g_mutex_lock(&d->stop_lock);
     sfz *zk = d->zk;
     d->zk = NULL;
     g_mutex_unlock(&d->stop_lock);
     /* Records the last timestamp and ends the session: our node goes at once. */
+    if (d->handler != NULL)
+        sf_handler_use_registration(d->handler, NULL);
     sfz_stop(zk);
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
-    sf_admin_stop(d->admin); /* first: its requests read the audit log's counters */
-    d->admin = NULL;
     sf_audit_stop(d->audit, d->cfg.audit.socket_timeout_ms);
     d->audit = NULL;
     sf_server_free(d->server);
