@@ -116,29 +116,33 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
     sf_error err;
     sf_worker *w = serving ? sfz_worker_for(h, worker_id, &err) : NULL;
     char why[SFZ_ERROR_MAX];
-    pthread_mutex_lock(&h->transition);
-    h->registry_serving = serving && w != NULL;
-    if (serving && w == NULL) {
-        snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
-        sf_fence_close(h->fence, why);
-        sfz_set_state(h, false, why);
-    } else if (!serving) {
-        sf_fence_close(h->fence, reason);
-        sfz_set_state(h, false, reason != NULL ? reason : "not serving");
-    } else {
-        if (floor_ms >= 0)
-            sf_worker_advance_last_timestamp(w, floor_ms);
-        pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
-        bool shut = h->shut;
-        /* Published either way: the fence owns (and frees) every worker made. */
-        sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
-                         shut ? h->state.reason : NULL);
-        pthread_mutex_unlock(&h->lock);
-        if (sf_fence_held(h->fence, why, sizeof why))
-            sfz_set_state(h, false, why); /* the clock is out of line: still not serving */
-        else if (!shut)
-            sfz_set_state(h, true, NULL);
+    if (w == NULL) {
+        if (serving)
+            snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
+        const char *because = serving ? why : reason != NULL ? reason : "not serving";
+        /* Shut at once: the skew check may hold the transition while the application
+         * hears of its verdict, and nothing may delay a fence. */
+        sf_fence_close(h->fence, because);
+        pthread_mutex_lock(&h->transition);
+        h->registry_serving = false;
+        sfz_set_state(h, false, because);
+        pthread_mutex_unlock(&h->transition);
+        return;
     }
+    pthread_mutex_lock(&h->transition);
+    h->registry_serving = true;
+    if (floor_ms >= 0)
+        sf_worker_advance_last_timestamp(w, floor_ms);
+    pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
+    bool shut = h->shut;
+    /* Published either way: the fence owns (and frees) every worker made. */
+    sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
+                     shut ? h->state.reason : NULL);
+    pthread_mutex_unlock(&h->lock);
+    if (sf_fence_held(h->fence, why, sizeof why))
+        sfz_set_state(h, false, why); /* the clock is out of line: still not serving */
+    else if (!shut)
+        sfz_set_state(h, true, NULL);
     pthread_mutex_unlock(&h->transition);
 }
 
@@ -414,10 +418,14 @@ int sfz_run(sfz *h, sfz_error *err)
     if (sf_registry_watch(h->registry, msg, sizeof msg) != 0)
         return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
     if (h->o.query_peer != NULL && !h->o.skip_sanity_checks) {
-        h->skew = sfz_skew_start(h->registry, h->o.query_peer, h->o.peer_ctx,
-                                 h->o.max_peer_skew_ms, sfz_on_skew, h, msg, sizeof msg);
-        if (h->skew == NULL)
+        sfz_skew_watch *skew = sfz_skew_start(h->registry, h->o.query_peer, h->o.peer_ctx,
+                                              h->o.max_peer_skew_ms, sfz_on_skew, h, msg,
+                                              sizeof msg);
+        if (skew == NULL)
             return sfz_fail(err, SFZ_ERR_NOMEM, "%s", msg);
+        pthread_mutex_lock(&h->lock); /* sfz_get_skew may be asked from any thread */
+        h->skew = skew;
+        pthread_mutex_unlock(&h->lock);
     }
     return SFZ_OK;
 }
@@ -528,10 +536,12 @@ void sfz_get_stats(sfz *h, sf_worker_stats *out)
 
 void sfz_get_skew(sfz *h, sfz_skew *out)
 {
+    pthread_mutex_lock(&h->lock);
     if (h->skew != NULL)
         sfz_skew_read(h->skew, out);
     else
         memset(out, 0, sizeof *out);
+    pthread_mutex_unlock(&h->lock);
 }
 
 int sfz_state_fd(sfz *h)
