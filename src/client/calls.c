@@ -176,10 +176,12 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
     int ntried = 0, clock_errors = 0, other_errors = 0, tries = 0, rounds = 1, last_n = 0;
     int64_t pause_ms = SFC_ROUND_PAUSE_MS;
     bool fresh_used = false, partial = false, clock_twice = false;
-    char clock_from[SFC_SERVER_MAX] = ""; /* the node whose InvalidSystemClock the last try met */
-    /* What the nodes said this round, and in the last whole round before it. */
-    char reasons[SFC_ERROR_MAX - 100] = "", last[sizeof reasons] = "";
+    char clock_from[SFC_SERVER_MAX]; /* the node whose InvalidSystemClock the last try met */
+    /* What the nodes said this round, and in the last whole round before it (only their
+     * first bytes are set: a call that succeeds at once should not clear 2 KB). */
+    char reasons[SFC_ERROR_MAX - 100], last[sizeof reasons];
     char why[512];
+    clock_from[0] = reasons[0] = last[0] = '\0';
     for (;;) {
         sfc_server *s = ntried < MAX_TRIES
                             ? sfc_pool_pick(p, tried, ntried, deadline, why, sizeof why) : NULL;
@@ -191,7 +193,7 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
             }
             if (!sfc_round_pause(deadline, &pause_ms))
                 break;
-            memcpy(last, reasons, sizeof last);
+            memcpy(last, reasons, strlen(reasons) + 1);
             last_n = ntried;
             reasons[0] = '\0';
             ntried = 0;
@@ -213,7 +215,7 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
             int try_ms = sfc_pool_count(p) <= 1 || left < c->o.try_timeout_ms
                              ? (int)left : c->o.try_timeout_ms;
             bool reused, connect_failed;
-            sfc_conn *conn = sfc_pool_take(p, s, try_ms, sf_clocks_mono_ms() + try_ms, &reused,
+            sfc_conn *conn = sfc_pool_take(p, s, sf_clocks_mono_ms() + try_ms, &reused,
                                            &connect_failed, why, sizeof why);
             if (conn == NULL) {
                 out = connect_failed ? SFC_TRY_BROKEN : SFC_TRY_TIMEOUT;
@@ -226,6 +228,7 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
                 sfc_pool_discard(p, s, conn);
                 if (out == SFC_TRY_BROKEN && reused && !fresh_used) {
                     fresh_used = true;
+                    sfc_pool_drop_idle(p, s); /* so that the retry connects afresh */
                     continue;
                 }
                 sfc_pool_failed(p, s, why, true);
@@ -276,7 +279,7 @@ failed:
     if (clock_twice || (clock_errors > 0 && other_errors == 0))
         return sfc_fail(err, SFC_ERR_CLOCK, "%s", reasons);
     if (partial && last_n > 0) { /* the deadline cut a round short: the whole one says more */
-        memcpy(reasons, last, sizeof reasons);
+        memcpy(reasons, last, strlen(last) + 1);
         ntried = last_n;
     }
     char in_rounds[32] = "";

@@ -4,6 +4,7 @@
 #include "pool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +69,13 @@ static void sfc_pool_close_all(sfc_conn *c)
     }
 }
 
-/* Sets a socket's read and write timeout; false leaves the connection unfit for use. */
+/* Bounds a socket's reads and writes by ms (>= 1). A timeout already set a little under ms
+ * is kept: setting one costs two system calls, and what is left of a deadline differs by a
+ * millisecond or so from call to call. False leaves the connection unfit for use. */
 static bool sfc_conn_set_timeout(sfc_conn *c, int ms)
 {
-    if (c->timeout_ms == ms)
+    int slack = ms / 8 > 10 ? ms / 8 : 10;
+    if (c->timeout_ms <= ms && c->timeout_ms >= ms - slack)
         return true;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     int fd = c->rpc.socket->sd;
@@ -363,8 +367,15 @@ int sfc_pool_count(sfc_pool *p)
     return n;
 }
 
-sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int timeout_ms, int64_t deadline,
-                        bool *reused, bool *connect_failed, char *why, size_t whylen)
+/* What is left until deadline, at least 1 ms (a socket timeout of 0 would be none). */
+static int sfc_ms_left(int64_t deadline)
+{
+    int64_t left = deadline - sf_clocks_mono_ms();
+    return left < 1 ? 1 : left > INT_MAX ? INT_MAX : (int)left;
+}
+
+sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int64_t deadline, bool *reused,
+                        bool *connect_failed, char *why, size_t whylen)
 {
     *connect_failed = false;
     pthread_mutex_lock(&p->lock);
@@ -383,7 +394,7 @@ sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int timeout_ms, int64_t dead
     pthread_mutex_unlock(&p->lock);
     *reused = c != NULL;
     if (c == NULL) {
-        c = sfc_conn_open(s, timeout_ms, why, whylen);
+        c = sfc_conn_open(s, sfc_ms_left(deadline), why, whylen);
         if (c == NULL) {
             pthread_mutex_lock(&p->lock);
             s->open--;
@@ -394,13 +405,23 @@ sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int timeout_ms, int64_t dead
         }
     }
     c->next = NULL;
-    if (!sfc_conn_set_timeout(c, timeout_ms)) {
+    int left = sfc_ms_left(deadline);
+    if (!sfc_conn_set_timeout(c, left)) {
         snprintf(why, whylen, "setting a %d ms timeout on a connection to %s failed: %s",
-                 timeout_ms, s->name, strerror(errno));
+                 left, s->name, strerror(errno));
         sfc_pool_discard(p, s, c);
         return NULL;
     }
     return c;
+}
+
+void sfc_pool_drop_idle(sfc_pool *p, sfc_server *s)
+{
+    pthread_mutex_lock(&p->lock);
+    sfc_conn *idle = sfc_pool_unlink_idle(s);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    sfc_pool_close_all(idle);
 }
 
 void sfc_pool_give(sfc_pool *p, sfc_server *s, sfc_conn *c)

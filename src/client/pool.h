@@ -79,11 +79,15 @@ void sfc_pool_release(sfc_pool *p, sfc_server *s);
 /* How many nodes the list has now. */
 int sfc_pool_count(sfc_pool *p);
 
-/* A connection to s, idle or new, with its timeout set to timeout_ms; waits until deadline
- * for one to come back when all connections_per_server are in use. NULL with why (a failed
+/* A connection to s, idle or new, whose reads and writes end by deadline (monotonic ms):
+ * waiting for one to come back when all connections_per_server are in use and connecting
+ * both spend from it, and the socket's timeout is what is left. NULL with why (a failed
  * connect sets *connect_failed). *reused says it served a call before. */
-sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int timeout_ms, int64_t deadline,
-                        bool *reused, bool *connect_failed, char *why, size_t whylen);
+sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int64_t deadline, bool *reused,
+                        bool *connect_failed, char *why, size_t whylen);
+
+/* Closes s's idle connections (one of them broke: a node that restarted broke them all). */
+void sfc_pool_drop_idle(sfc_pool *p, sfc_server *s);
 
 /* Puts a connection back after a complete answer. */
 void sfc_pool_give(sfc_pool *p, sfc_server *s, sfc_conn *c);
