@@ -73,10 +73,12 @@ static int sfc_discover_read(sfc_discover *d, zhandle_t *zh, char *why, size_t w
     int rc = zoo_wget_children(zh, d->path, sfc_discover_watcher, d, &kids);
     if (rc == ZNONODE) { /* nothing registered yet: be told when the path appears */
         rc = zoo_wexists(zh, d->path, sfc_discover_watcher, d, NULL);
-        if (rc == ZNONODE || rc == ZOK) {
+        if (rc == ZNONODE) {
             d->on_list(d->ctx, NULL, 0);
             return ZOK;
         }
+        if (rc == ZOK) /* made in between: its children's watch is the one that matters */
+            rc = zoo_wget_children(zh, d->path, sfc_discover_watcher, d, &kids);
     }
     if (rc != ZOK) {
         snprintf(why, whylen, "listing %s in ZooKeeper %s failed: %s", d->path, d->hosts,
