@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/clocks.h"
+#include "common/option_range.h"
 #include "common/zkpath.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
@@ -47,14 +48,14 @@ void sfc_options_init(sfc_options *o)
     o->epoch_ms = SF_TWITTER_EPOCH_MS;
 }
 
-/* One integer option within [min, max], or an error naming it and the range. */
-static bool sfc_check_range(const char *name, int64_t v, int64_t min, int64_t max,
-                            sfc_error *err)
+/* One integer option within [min, max] (the check every module's settings go through), or
+ * an error naming it and the range. */
+static bool sfc_check_range(const char *name, int v, int min, int max, sfc_error *err)
 {
-    if (v >= min && v <= max)
+    char why[200];
+    if (sf_option_in_range("", name, v, min, max, why, sizeof why))
         return true;
-    sfc_fail(err, SFC_ERR_ARG, "%s = %lld is out of range: allowed %lld..%lld", name,
-             (long long)v, (long long)min, (long long)max);
+    sfc_fail(err, SFC_ERR_ARG, "%s", why);
     return false;
 }
 
@@ -80,17 +81,23 @@ static bool sfc_check_options(const sfc_options *o, sfc_error *err)
                  "and '-'", o->agent != NULL ? o->agent : "(null)");
         return false;
     }
-    return sfc_check_range("zookeeper_session_timeout_ms", o->zookeeper_session_timeout_ms,
-                           1000, 600000, err) &&
-           sfc_check_range("timeout_ms", o->timeout_ms, 1, 600000, err) &&
-           sfc_check_range("try_timeout_ms", o->try_timeout_ms, 1, o->timeout_ms, err) &&
-           sfc_check_range("connections_per_server", o->connections_per_server, 1, 1024, err) &&
-           sfc_check_range("backoff_ms", o->backoff_ms, 1, 60000, err) &&
-           sfc_check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_ms, 600000, err) &&
-           sfc_check_range("prefetch", o->prefetch, 0, 1000000, err) &&
-           sfc_check_range("prefetch_batch", o->prefetch_batch, 1, 100000, err) &&
-           sfc_check_range("max_id_age_ms", o->max_id_age_ms, 1, 60000, err) &&
-           sfc_check_range("epoch_ms", o->epoch_ms, 0, SF_MAX_EPOCH_MS, err);
+    bool in_range =
+        sfc_check_range("zookeeper_session_timeout_ms", o->zookeeper_session_timeout_ms, 1000,
+                        600000, err) &&
+        sfc_check_range("timeout_ms", o->timeout_ms, 1, 600000, err) &&
+        sfc_check_range("try_timeout_ms", o->try_timeout_ms, 1, o->timeout_ms, err) &&
+        sfc_check_range("connections_per_server", o->connections_per_server, 1, 1024, err) &&
+        sfc_check_range("backoff_ms", o->backoff_ms, 1, 60000, err) &&
+        sfc_check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_ms, 600000, err) &&
+        sfc_check_range("prefetch", o->prefetch, 0, 1000000, err) &&
+        sfc_check_range("prefetch_batch", o->prefetch_batch, 1, 100000, err) &&
+        sfc_check_range("max_id_age_ms", o->max_id_age_ms, 1, 60000, err);
+    if (in_range && (o->epoch_ms < 0 || o->epoch_ms > SF_MAX_EPOCH_MS)) {
+        sfc_fail(err, SFC_ERR_ARG, "epoch_ms %lld is outside 0..%lld", (long long)o->epoch_ms,
+                 (long long)SF_MAX_EPOCH_MS);
+        return false;
+    }
+    return in_range;
 }
 
 /* Splits the servers option into the pool's list, refusing a bad entry by name. */
