@@ -111,6 +111,13 @@ static bool cli_ids_parse_field(const char *flag, const char *text, int64_t max,
     return false;
 }
 
+/* --help of range, compose and encode: their part of the usage, exit 0 (as decode's). */
+static int cli_ids_help(void)
+{
+    cli_ids_usage(stdout);
+    return 0;
+}
+
 /* Says an option is unknown, and how to get help. */
 static int cli_ids_bad_option(const char *cmd, const char *arg)
 {
@@ -124,12 +131,15 @@ static int cli_ids_range(int argc, char **argv)
     static const struct option longopts[] = {
         { "json", no_argument, NULL, 'j' },
         { "epoch", required_argument, NULL, 'e' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     bool json = false;
     int64_t epoch = SF_TWITTER_EPOCH_MS, from, to, lo, hi;
     int c;
-    while ((c = getopt_long(argc, argv, "+je:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+je:h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_ids_help();
         if (c == 'j')
             json = true;
         else if (c != 'e')
@@ -166,13 +176,14 @@ static int cli_ids_compose(int argc, char **argv)
         { "worker", required_argument, NULL, 'w' },
         { "sequence", required_argument, NULL, 's' },
         { "epoch", required_argument, NULL, 'e' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     sf_decoded f = { .timestamp_ms = 0 };
     int64_t epoch = SF_TWITTER_EPOCH_MS, id;
     bool timed = false, ok = true;
     int c;
-    while (ok && (c = getopt_long(argc, argv, "+t:d:w:s:e:", longopts, NULL)) != -1) {
+    while (ok && (c = getopt_long(argc, argv, "+t:d:w:s:e:h", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
             ok = timed = cli_ids_parse_time("--time", optarg, &f.timestamp_ms);
@@ -190,6 +201,8 @@ static int cli_ids_compose(int argc, char **argv)
         case 'e':
             ok = cli_ids_parse_epoch(optarg, &epoch);
             break;
+        case 'h':
+            return cli_ids_help();
         default:
             return cli_ids_bad_option("compose", argv[optind - 1]);
         }
@@ -215,11 +228,14 @@ static int cli_ids_encode(int argc, char **argv)
         { "base32", no_argument, NULL, SF_BASE32 },
         { "base58", no_argument, NULL, SF_BASE58 },
         { "base62", no_argument, NULL, SF_BASE62 },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     sf_id_base base = SF_BASE10;
     int c;
-    while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_ids_help();
         if (c != SF_BASE32 && c != SF_BASE58 && c != SF_BASE62)
             return cli_ids_bad_option("encode", argv[optind - 1]);
         base = (sf_id_base)c;

@@ -77,6 +77,11 @@ check "compose bad sequence named" "--sequence '4096' is not valid: expected 0..
 out=$("$cli" compose --worker 1 2>&1); rc=$?
 check "compose without time exit" "2" "$rc"
 check "compose without time named" "compose needs --time T" "$out"
+for sub in range compose encode; do
+  out=$("$cli" $sub --help 2>&1); rc=$?
+  check "$sub --help exit" "0" "$rc"
+  check "$sub --help usage" "WHERE id BETWEEN lo AND hi" "$out"
+done
 
 # String forms: bwmarrin's base58, fixed-width base62 and Crockford base32, and back.
 out=$("$cli" encode --base58 0 57 58 9223372036854775807)
