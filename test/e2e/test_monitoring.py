@@ -371,6 +371,36 @@ def ops_tool_watch_redraws():
         srv.stop()
 
 
+def ops_tool_watch_json_lines():
+    """snowflake-zk list --watch --json: nothing but one JSON document a line, each with
+    the live node holding its worker id."""
+    path = "/mon-watch-json"
+    srv = registered(path)
+    try:
+        with srv.client() as api:
+            worker = api.get_worker_id()
+        tool = os.path.join(sftest.TOP_SRCDIR, "scripts", "snowflake-zk")
+        p = subprocess.Popen([PY, tool, "--zookeeper", ZK.hosts, "--path", path, "--json",
+                              "list", "--watch"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            lines = [p.stdout.readline(), p.stdout.readline()]
+            p.send_signal(signal.SIGINT)
+            rest, err = p.communicate(timeout=10)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        assert p.returncode == 0, (p.returncode, err)
+        docs = [json.loads(line) for line in lines + rest.splitlines() if line.strip()]
+        assert len(docs) >= 2, (lines, rest)
+        for doc in docs:
+            held = {h["worker_id"] for h in doc["held"]}
+            assert doc["path"] == path and worker in held, doc
+    finally:
+        srv.stop()
+
+
 def main():
     sftest.require_server()
     sftest.require_zookeeper_client()
@@ -389,6 +419,7 @@ def main():
     r.run(status_page_in_chromium)
     r.run(status_page_shows_not_serving)
     r.run(ops_tool_watch_redraws)
+    r.run(ops_tool_watch_json_lines)
     r.finish()
 
 
