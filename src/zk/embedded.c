@@ -46,7 +46,6 @@ struct sfz {
     sfz_state state;
     int event_fd;                /* readable after a transition, until sfz_read_state_fd */
     pthread_mutex_t transition;  /* one transition at a time: the registry's or the skew's */
-    bool registry_serving;       /* the registry's last word, the skew's hold aside */
     sfz_skew_watch *skew;        /* the live clock check; NULL without query_peer */
 };
 
@@ -92,6 +91,10 @@ static void sfz_set_state(sfz *h, bool serving, const char *reason)
 {
     sfz_state copy;
     pthread_mutex_lock(&h->lock);
+    if (serving && h->shut) { /* sfz_shut came after the gate opened: it has the last word */
+        pthread_mutex_unlock(&h->lock);
+        return;
+    }
     h->state.serving = serving;
     snprintf(h->state.reason, sizeof h->state.reason, "%s", serving ? "" : reason);
     copy = h->state;
@@ -124,25 +127,26 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
          * hears of its verdict, and nothing may delay a fence. */
         sf_fence_close(h->fence, because);
         pthread_mutex_lock(&h->transition);
-        h->registry_serving = false;
         sfz_set_state(h, false, because);
         pthread_mutex_unlock(&h->transition);
         return;
     }
     pthread_mutex_lock(&h->transition);
-    h->registry_serving = true;
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
     pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
     bool shut = h->shut;
     /* Published either way: the fence owns (and frees) every worker made. */
-    sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
-                     shut ? h->state.reason : NULL);
+    bool open = sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
+                                 shut ? h->state.reason : NULL);
     pthread_mutex_unlock(&h->lock);
-    if (sf_fence_held(h->fence, why, sizeof why))
-        sfz_set_state(h, false, why); /* the clock is out of line: still not serving */
-    else if (!shut)
+    if (open) {
         sfz_set_state(h, true, NULL);
+    } else if (!shut) { /* the clock is out of line, or memory ran out */
+        if (!sf_fence_held(h->fence, why, sizeof why))
+            snprintf(why, sizeof why, "out of memory publishing a worker");
+        sfz_set_state(h, false, why);
+    }
     pthread_mutex_unlock(&h->transition);
 }
 
@@ -152,19 +156,14 @@ static void sfz_on_skew(void *ctx, bool out_of_line, const char *why)
 {
     sfz *h = ctx;
     pthread_mutex_lock(&h->transition);
-    pthread_mutex_lock(&h->lock);
-    bool shut = h->shut;
-    pthread_mutex_unlock(&h->lock);
     if (out_of_line) {
         sfz_log_line(h, "warning", "%s", why);
-        sf_fence_hold(h->fence, why);
-        if (h->registry_serving && !shut)
+        if (sf_fence_hold(h->fence, why))
             sfz_set_state(h, false, why);
     } else {
         sfz_log_line(h, "info", "our clock is back within max_peer_skew_ms = %d of the peers'",
                      h->o.max_peer_skew_ms);
-        sf_fence_release(h->fence);
-        if (h->registry_serving && !shut)
+        if (sf_fence_release(h->fence))
             sfz_set_state(h, true, NULL);
     }
     pthread_mutex_unlock(&h->transition);

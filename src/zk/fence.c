@@ -140,7 +140,18 @@ static bool sf_fence_keep(sf_fence *f, sf_worker *w)
     return true;
 }
 
-void sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_until_boot_ms,
+/* Writes the gate the last publish and the hold make, over the current worker and lease,
+ * with reason; the caller holds f->lock. */
+static void sf_fence_write_gate(sf_fence *f, const char *reason)
+{
+    sf_fence_set_reason(f, reason);
+    sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed),
+                   f->published_serving && !f->held,
+                   atomic_load_explicit(&f->lease_until, memory_order_relaxed),
+                   atomic_load_explicit(&f->reserved_until, memory_order_relaxed), 1);
+}
+
+bool sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_until_boot_ms,
                       int64_t reserved_until_ms, const char *reason)
 {
     pthread_mutex_lock(&f->lock);
@@ -152,36 +163,33 @@ void sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_unt
     }
     f->published_serving = serving && w != NULL;
     sf_fence_set_reason(f, f->published_serving && f->held ? f->hold : reason);
-    sf_fence_write(f, w, f->published_serving && !f->held, lease_until_boot_ms,
-                   reserved_until_ms, 1);
+    bool open = f->published_serving && !f->held;
+    sf_fence_write(f, w, open, lease_until_boot_ms, reserved_until_ms, 1);
     pthread_mutex_unlock(&f->lock);
+    return open;
 }
 
-void sf_fence_hold(sf_fence *f, const char *reason)
+bool sf_fence_hold(sf_fence *f, const char *reason)
 {
     pthread_mutex_lock(&f->lock);
+    bool was_open = f->published_serving && !f->held;
     f->held = true;
     snprintf(f->hold, sizeof f->hold, "%s", reason);
-    if (f->published_serving) {
-        sf_fence_set_reason(f, reason);
-        sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed), false,
-                       atomic_load_explicit(&f->lease_until, memory_order_relaxed),
-                       atomic_load_explicit(&f->reserved_until, memory_order_relaxed), 1);
-    }
+    if (f->published_serving)
+        sf_fence_write_gate(f, f->hold);
     pthread_mutex_unlock(&f->lock);
+    return was_open;
 }
 
-void sf_fence_release(sf_fence *f)
+bool sf_fence_release(sf_fence *f)
 {
     pthread_mutex_lock(&f->lock);
-    if (f->held && f->published_serving) {
-        sf_fence_set_reason(f, NULL);
-        sf_fence_write(f, atomic_load_explicit(&f->worker, memory_order_relaxed), true,
-                       atomic_load_explicit(&f->lease_until, memory_order_relaxed),
-                       atomic_load_explicit(&f->reserved_until, memory_order_relaxed), 1);
-    }
+    bool opens = f->held && f->published_serving;
     f->held = false;
+    if (opens)
+        sf_fence_write_gate(f, NULL);
     pthread_mutex_unlock(&f->lock);
+    return opens;
 }
 
 bool sf_fence_held(sf_fence *f, char *why, size_t len)

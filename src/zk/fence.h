@@ -37,8 +37,9 @@ void sf_fence_free(sf_fence *f);
  * saying so, and w is the caller's; NULL = none held) in one step with the gate
  * (serving), the lease end (CLOCK_BOOTTIME ms; 0 = no lease, as standalone), the reservation
  * (Unix ms; 0 = none) and, when not serving, why. Ids made under the view before are
- * discarded. One writer at a time (the fence's lock). */
-void sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_until_boot_ms,
+ * discarded. One writer at a time (the fence's lock). True when the gate is open after it
+ * (serving, and not held). */
+bool sf_fence_publish(sf_fence *f, sf_worker *w, bool serving, int64_t lease_until_boot_ms,
                       int64_t reserved_until_ms, const char *reason);
 
 /* Shuts the gate for reason, keeping the worker (its fields still answer). */
@@ -50,9 +51,10 @@ void sf_fence_renew(sf_fence *f, int64_t lease_until_boot_ms, int64_t reserved_u
 
 /* Holds the gate shut for reason whatever the registry publishes (e.g. the clock is too far
  * from the peers'), keeping the worker and the lease; a publish while held keeps it shut
- * and /health says reason. sf_fence_release opens it again if the last publish serves. */
-void sf_fence_hold(sf_fence *f, const char *reason);
-void sf_fence_release(sf_fence *f);
+ * and /health says reason. sf_fence_release opens it again if the last publish serves.
+ * Each returns true when it changed the gate: hold shut an open one, release opened it. */
+bool sf_fence_hold(sf_fence *f, const char *reason);
+bool sf_fence_release(sf_fence *f);
 
 /* True while held, with why (len bytes) the hold's reason. */
 bool sf_fence_held(sf_fence *f, char *why, size_t len);

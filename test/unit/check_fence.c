@@ -30,19 +30,20 @@ START_TEST(hold_shuts_and_release_opens)
     sf_fence *f = sf_fence_new();
     char why[SF_FENCE_REASON_MAX];
     ck_assert_ptr_nonnull(f);
-    sf_fence_publish(f, new_worker(), true, 0, 0, NULL);
+    ck_assert(sf_fence_publish(f, new_worker(), true, 0, 0, NULL));
     ck_assert_int_eq(take(f, why, sizeof why), SF_OK);
     ck_assert(!sf_fence_held(f, why, sizeof why));
-    sf_fence_hold(f, "clock too far");
+    ck_assert(sf_fence_hold(f, "clock too far"));   /* it shut an open gate */
+    ck_assert(!sf_fence_hold(f, "clock too far"));  /* shut already */
     ck_assert_int_eq(take(f, why, sizeof why), SF_FENCE_CLOSED);
     ck_assert_str_eq(why, "clock too far");
     ck_assert(sf_fence_held(f, why, sizeof why));
     ck_assert(sf_fence_refusal(f, why, sizeof why));
     /* A publish (the registry claimed again) keeps the hold. */
-    sf_fence_publish(f, sf_fence_worker(f), true, 0, 0, NULL);
+    ck_assert(!sf_fence_publish(f, sf_fence_worker(f), true, 0, 0, NULL));
     ck_assert_int_eq(take(f, why, sizeof why), SF_FENCE_CLOSED);
     ck_assert_str_eq(why, "clock too far");
-    sf_fence_release(f);
+    ck_assert(sf_fence_release(f)); /* it opened the gate */
     ck_assert_int_eq(take(f, why, sizeof why), SF_OK);
     ck_assert(!sf_fence_held(f, why, sizeof why));
     sf_fence_free(f);
@@ -60,7 +61,7 @@ START_TEST(release_keeps_registry_reason)
     sf_fence_close(f, "session expired");
     ck_assert_int_eq(take(f, why, sizeof why), SF_FENCE_CLOSED);
     ck_assert_str_eq(why, "session expired");
-    sf_fence_release(f);
+    ck_assert(!sf_fence_release(f)); /* nothing to open */
     ck_assert_int_eq(take(f, why, sizeof why), SF_FENCE_CLOSED);
     ck_assert_str_eq(why, "session expired");
     sf_fence_publish(f, sf_fence_worker(f), true, 0, 0, NULL);
