@@ -130,6 +130,8 @@ static const struct {
     { "--set", "snowflake.max_tracked_useragents=-1", "allowed an integer 0..100000" },
     { "--set", "snowflake.write_timeout_ms=0", "allowed an integer 1..3600000" },
     { "--set", "snowflake.max_output_buffer=1048575", "allowed an integer 1048576..1073741824" },
+    { "--set", "zookeeper.max_peer_skew_ms=600001", "[zookeeper] max_peer_skew_ms = '600001' (from --set) is not valid: allowed an integer 0..600000" },
+    { "--set", "zookeeper.max_peer_skew_ms=-1", "allowed an integer 0..600000" },
     { "--set", "snowflake.nope=1", "--set: unknown key 'nope' in group [snowflake]" },
     { "--set", "noequals", "expected GROUP.KEY=VALUE" },
 };
