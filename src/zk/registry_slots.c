@@ -1,6 +1,6 @@
 /* registry_slots.c -- how many of the 32 worker ids under worker_id_path are taken, for the
- * operators' figures: a children watch on the path, armed on every connection and claim and
- * again by every change ZooKeeper reports, so the count costs one read per change of the fleet
+ * operators' figures: a children watch on the path, armed when an id is claimed and again
+ * by every change ZooKeeper reports, so the count costs one read per change of the fleet
  * and nothing per id. Part of the registry (registry.c says how the parts fit). */
 #include "registry_internal.h"
 
@@ -14,7 +14,7 @@ static void sf_reg_slots_done(int rc, const struct String_vector *kids, const vo
 {
     sf_registry *r = (sf_registry *)data;
     if (rc != ZOK || kids == NULL)
-        return; /* the count stays as last seen; the next (re)connection reads it again */
+        return; /* the count stays as last seen; the next claim reads it again */
     int taken = 0;
     for (int i = 0; i < kids->count; i++) {
         int64_t id;
@@ -35,9 +35,9 @@ static void sf_reg_slots_read(sf_registry *r, zhandle_t *zh)
                    r->worker_id_path, zerror(rc));
 }
 
-/* The watch fires once per change: read again, which sets the next one. A read that failed
- * (the connection was lost) set none: every (re)connection reads again; the client keeps
- * one watch per path and watcher, however often it is set. */
+/* The watch fires once per change: read again, which sets the next one. Session events
+ * need nothing: the client keeps the watch over a reconnection, and a new session's claim
+ * sets a new one. */
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
                                  void *ctx)
 {

@@ -144,7 +144,6 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         r->disconnected_since = 0;
         if (r->state == SF_REG_CONNECTING)
             sf_reg_move(r, SF_REG_CLAIMING, NULL);
-        sf_reg_slots_watch(r); /* a read lost with the connection set no watch */
         break;
     case SF_REG_EV_DISCONNECTED:
         r->conn++;
