@@ -63,6 +63,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
     atomic_init(&r->slots_taken, -1);
+    atomic_init(&r->slots_off, false);
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;
@@ -314,6 +315,9 @@ void sf_registry_close(sf_registry *r)
     while (r->zh_users > 0) /* a peer list read through zh ends within its timeout */
         sf_reg_wait_locked(r, 100);
     pthread_mutex_unlock(&r->mu);
+    /* Before the last record deletes our node: the change it makes would queue another
+     * count, still unanswered when the handle closes (the client then leaks the request). */
+    atomic_store(&r->slots_off, true);
     if (r->zh) {
         sf_reg_final_record(r);
         zookeeper_close(r->zh);

@@ -147,6 +147,7 @@ struct sf_registry {
     bool thread_started;
     pthread_t thread;
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
+    atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
 };
 
 /* registry_state.c: the state machine and its reports. */

@@ -43,8 +43,9 @@ static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char 
 {
     (void)state;
     (void)path;
-    if (type == ZOO_CHILD_EVENT)
-        sf_reg_slots_read(ctx, zh);
+    sf_registry *r = ctx;
+    if (type == ZOO_CHILD_EVENT && !atomic_load(&r->slots_off))
+        sf_reg_slots_read(r, zh);
 }
 
 void sf_reg_slots_watch(sf_registry *r)
