@@ -3,7 +3,7 @@
 
 #include <gio/gio.h>
 
-#include "server/status_resource.h"
+#include "status_resource.h" /* generated into gen/ of the build tree */
 
 char *sf_status_page(void)
 {
