@@ -126,7 +126,7 @@ def entries_match_ids_handed_out():
         ids = take_ids(s, 50, 3)
         # The receiver stores a batch before the server has read its answer: wait for
         # the server's own count, not the receiver's.
-        wait_until(lambda: counters(s)[0]["audit_sent"] >= len(ids), 10, "all audited")
+        wait_until(lambda: counters(s)[0]["audit_sent"] >= len(ids), sftest.PATIENCE, "all audited")
         assert_exactly(rec, ids)
         c, g = counters(s)
         assert c["audit_sent"] == len(ids) and c["audit_dropped"] == 0, c
@@ -144,11 +144,11 @@ def receiver_down_then_up():
     rec = None
     try:
         ids = take_ids(s, 200, 0)
-        wait_until(lambda: counters(s)[0]["audit_send_failures"] > 0, 10, "a failure counted")
+        wait_until(lambda: counters(s)[0]["audit_send_failures"] > 0, sftest.PATIENCE, "a failure counted")
         c, g = counters(s)
         assert g["audit_queue_length"] == 200 and c["audit_dropped"] == 0, (c, g)
         rec = Receiver(port)
-        wait_until(lambda: counters(s)[0]["audit_sent"] >= len(ids), 15,
+        wait_until(lambda: counters(s)[0]["audit_sent"] >= len(ids), sftest.PATIENCE,
                    "delivered once scribe is up")
         assert_exactly(rec, ids)
     finally:
@@ -168,13 +168,13 @@ def overload_drops_are_counted():
     try:
         dropped = take_ids(s, 0, 1)  # handed out although the log cannot take them
         kept = take_ids(s, 50, 0)
-        wait_until(lambda: counters(s)[0]["audit_send_failures"] > 0, 10,
+        wait_until(lambda: counters(s)[0]["audit_send_failures"] > 0, sftest.PATIENCE,
                    "a refused Log call counted")
         c, g = counters(s)
         assert c["audit_dropped"] == 1000 and c["scribe_enqueue_failures"] == 1000, c
         assert g["audit_queue_length"] == 50 and c["audit_send_failures"] > 0, (c, g)
         rec.refusing = False
-        wait_until(lambda: counters(s)[0]["audit_sent"] >= 50, 15, "the queued ids delivered")
+        wait_until(lambda: counters(s)[0]["audit_sent"] >= 50, sftest.PATIENCE, "the queued ids delivered")
         assert_exactly(rec, kept)
         again = [e for e in rec.entries if e.id in rec.refused]
         assert again and all(rec.refused[e.id] == e.tag for e in again), \
@@ -193,7 +193,7 @@ def delivered_at_sigterm():
     s = audited(rec, rec.port)
     try:
         ids = take_ids(s, 20, 1)
-        wait_until(lambda: rec.calls > 0, 10, "a Log call refused")
+        wait_until(lambda: rec.calls > 0, sftest.PATIENCE, "a Log call refused")
         rec.refusing = False
         assert s.stop() == 0, s.log()
         assert_exactly(rec, ids)

@@ -61,7 +61,7 @@ python3 -c 'import socket, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True); time.sleep(60)' >"$tmp/mute.port" &
 mute_pid=$!
-i=0; while [ ! -s "$tmp/mute.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while [ ! -s "$tmp/mute.port" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 mute_port=$(cat "$tmp/mute.port")
 out=$("$cli" --port "$mute_port" --timeout-ms 300 id 2>&1); rc=$?
 check "silent server exit" "3" "$rc"
@@ -149,7 +149,7 @@ print(port, flush=True)
 time.sleep(600)
 ' >"$tmp/full.port" &
 full_pid=$!
-i=0; while [ ! -s "$tmp/full.port" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+i=0; while [ ! -s "$tmp/full.port" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
 port=$(cat "$tmp/full.port")
 out=$(timeout 20 "$cli" --port "$port" --timeout-ms 300 info 2>&1); rc=$?
 check "full accept queue exit" "3" "$rc"

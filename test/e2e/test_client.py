@@ -107,7 +107,8 @@ def failover_on_each_failure_kind():
             # InvalidSystemClock: tried on another node once, not returned.
             clock.set("-5s")
             wait_until(lambda: d.ask("id").split()[0] == "ok" and
-                       "failovers=0" not in d.ask("id"), 10, "a failover on InvalidSystemClock")
+                       "failovers=0" not in d.ask("id"), sftest.PATIENCE,
+                       "a failover on InvalidSystemClock")
             r = d.run(1)
             assert r["errors"] == 0 and r["ids"] > 0, r
             clock.set("+0")
@@ -125,7 +126,7 @@ def failover_on_each_failure_kind():
             finally:
                 os.kill(b.proc.pid, signal.SIGCONT)
             # Back: the prober finds the frozen node serving again after its backoff.
-            wait_until(lambda: "%s:up" % hostport(b) in d.servers()[1], 15,
+            wait_until(lambda: "%s:up" % hostport(b) in d.servers()[1], sftest.PATIENCE,
                        "the resumed node probed back up")
             # The caller's own error goes back at once, from the first node asked.
             words = d.ask("ids 10001").split()
@@ -157,7 +158,7 @@ def unavailable_node_is_skipped():
             # Skipped after each ServiceUnavailable (a probe's get_timestamp, which a node
             # not serving answers, lets calls try it again after its backoff).
             wait_until(lambda: d.ask("id").split()[0] == "ok" and
-                       "%s:down" % hostport(waiting) in d.servers()[1], 5,
+                       "%s:down" % hostport(waiting) in d.servers()[1], sftest.PATIENCE,
                        "the node not serving skipped")
             d.close()
     finally:
@@ -264,21 +265,21 @@ def discovery_follows_joins_fences_and_leaves():
             zk.create(path + "/9", b"embedded pid=1 host=elsewhere datacenter=3",
                       ephemeral=True)
             a = registered(path, 1)
-            wait_until(lambda: d.servers()[1].startswith(hostport(a) + ":"), 15, "a listed")
+            wait_until(lambda: d.servers()[1].startswith(hostport(a) + ":"), sftest.PATIENCE, "a listed")
             # Listed once it holds its id; its port opens when it serves.
-            wait_until(lambda: d.ask("id").split()[0] == "ok", 15, "an id from a")
+            wait_until(lambda: d.ask("id").split()[0] == "ok", sftest.PATIENCE, "an id from a")
             b = registered(path, 2)
-            wait_until(lambda: d.servers()[0] == 2, 15, "b listed")
+            wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "b listed")
             os.kill(b.proc.pid, signal.SIGSTOP)  # past its session: fenced, its node goes
             try:
-                wait_until(lambda: d.servers()[0] == 1, 15, "the fenced node unlisted")
+                wait_until(lambda: d.servers()[0] == 1, sftest.PATIENCE, "the fenced node unlisted")
                 r = d.run(1)
                 assert r["errors"] == 0 and r["ids"] > 0, r
             finally:
                 os.kill(b.proc.pid, signal.SIGCONT)
-            wait_until(lambda: d.servers()[0] == 2, 20, "the node back after fencing listed")
+            wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "the node back after fencing listed")
             a.stop()
-            wait_until(lambda: d.servers() == (1, "%s:up" % hostport(b)), 15, "a unlisted")
+            wait_until(lambda: d.servers() == (1, "%s:up" % hostport(b)), sftest.PATIENCE, "a unlisted")
             r = d.run(1)
             assert r["errors"] == 0 and r["ids"] > 0, r
             d.close()
@@ -314,7 +315,7 @@ def cli_servers_zookeeper_and_watch():
     path = "/client-cli"
     srv = registered(path, 3)
     try:
-        wait_until(lambda: "serving ids as worker id" in srv.log(), 15, "the node serving")
+        wait_until(lambda: "serving ids as worker id" in srv.log(), sftest.PATIENCE, "the node serving")
         cli = sftest.SNOWFLAKE_CLI
         dead = "127.0.0.1:%d" % sftest.free_port()
         out = subprocess.run([cli, "--servers", "%s,%s" % (dead, hostport(srv)), "id"],

@@ -150,7 +150,7 @@ def health(server):
     return server.http("/health")
 
 
-def serving_on(server, worker_id, timeout=20.0):
+def serving_on(server, worker_id, timeout=sftest.PATIENCE):
     """Waits until the legacy client gets an id of worker_id from server."""
     def gets_id():
         try:
@@ -201,8 +201,8 @@ def fenced_port_closes_and_reopens():
         c = LegacyClient(s.port)
         assert decode(c.api.get_id("dropin"))[2] == 11
         link.cut()
-        wait_until(lambda: health(s)[0] == 503, 10, "fenced")
-        wait_until(lambda: refuses_connections(s.port), 5, "refusing connections while fenced")
+        wait_until(lambda: health(s)[0] == 503, sftest.PATIENCE, "fenced")
+        wait_until(lambda: refuses_connections(s.port), sftest.PATIENCE, "refusing connections while fenced")
         try:
             got = c.api.get_id("dropin")
             raise AssertionError("a fenced node answered the open connection with id %d" % got)
@@ -214,7 +214,7 @@ def fenced_port_closes_and_reopens():
         status, body = health(s)
         assert status == 503 and "ZooKeeper" in body, (status, body)
         link.mend()
-        serving_on(s, 11, timeout=30)
+        serving_on(s, 11)
         assert "accepting connections on port %d" % s.port in s.log(), s.log()
     finally:
         s.stop()
@@ -242,7 +242,7 @@ def serving_line_means_port_open():
         s.start()
         for nth in (1, 2):
             wait_until(lambda: line_index(s, r"serving ids as worker id 12", nth) is not None,
-                       30, "serving (%d) as worker id 12; log:\n%s" % (nth, s.log()))
+                       sftest.PATIENCE, "serving (%d) as worker id 12; log:\n%s" % (nth, s.log()))
             c = LegacyClient(s.port)  # at once: refused here would fail the test
             try:
                 assert decode(c.api.get_id("dropin"))[2] == 12
@@ -254,7 +254,7 @@ def serving_line_means_port_open():
                 "serving announced before the port accepted; log:\n%s" % s.log())
             if nth == 1:
                 link.cut()
-                wait_until(lambda: refuses_connections(s.port), 10, "refusing while fenced")
+                wait_until(lambda: refuses_connections(s.port), sftest.PATIENCE, "refusing while fenced")
                 link.mend()
     finally:
         s.stop()
@@ -339,10 +339,10 @@ def pooled_client_fails_over():
         time.sleep(0.5)
         before_fence = pool.failovers
         link.cut()
-        wait_until(lambda: refuses_connections(port_a), 10, "node A fenced")
+        wait_until(lambda: refuses_connections(port_a), sftest.PATIENCE, "node A fenced")
         time.sleep(1.5 * SESSION_MS / 1000.0)
         link.mend()
-        serving_on(a, 12, timeout=30)
+        serving_on(a, 12)
         time.sleep(0.5)
         fence_failovers = pool.failovers - before_fence
         pool.stop.set()

@@ -208,19 +208,19 @@ def worker_id_gauges_follow_zookeeper():
     a = registered(path)
     b = registered(path)
     try:
-        wait_until(lambda: gauges(a, path) == (2, 30) and gauges(b, path) == (2, 30), 10,
+        wait_until(lambda: gauges(a, path) == (2, 30) and gauges(b, path) == (2, 30), sftest.PATIENCE,
                    "2 taken, 30 free on both nodes")
         zk = ZK.client()
         try:
             zk.create(path + "/31", b"embedded pid=1 host=test datacenter=2", ephemeral=True)
             zk.create(path + "/031", b"not a worker id", ephemeral=True)
-            wait_until(lambda: gauges(a, path) == (3, 29), 10, "the embedded holder counted")
+            wait_until(lambda: gauges(a, path) == (3, 29), sftest.PATIENCE, "the embedded holder counted")
             b.stop()
-            wait_until(lambda: gauges(a, path) == (2, 30), 10, "the stopped node's id free again")
+            wait_until(lambda: gauges(a, path) == (2, 30), sftest.PATIENCE, "the stopped node's id free again")
         finally:
             zk.stop()
             zk.close()
-        wait_until(lambda: gauges(a, path) == (1, 31), 10, "the embedded holder gone")
+        wait_until(lambda: gauges(a, path) == (1, 31), sftest.PATIENCE, "the embedded holder gone")
     finally:
         a.stop()
         b.stop()
@@ -319,7 +319,7 @@ def status_page_shows_not_serving():
     srv = registered("/mon-fenced")
     try:
         ZK.stop()
-        wait_until(lambda: srv.http("/health")[0] == 503, 20, "fenced")
+        wait_until(lambda: srv.http("/health")[0] == 503, sftest.PATIENCE, "fenced")
         reason = srv.http("/health")[1].replace("not serving: ", "").strip()
         dom = chromium("http://127.0.0.1:%d/" % srv.admin_port, "--dump-dom")
         assert element_text(dom, "state") == "not serving", dom[:3000]

@@ -106,11 +106,11 @@ def standalone_ready_when_listening_and_stopping_on_sigterm():
     n = NotifySocket()
     try:
         s = Server(["--worker-id", "5"], env={"NOTIFY_SOCKET": n.path}, worker_id=None).start()
-        n.wait_for(lambda m: m == "READY=1", 10)
+        n.wait_for(lambda m: m == "READY=1", sftest.PATIENCE)
         with s.client() as api:
             assert decode(api.get_id("notifytest"))[2] == 5
         assert s.stop() == 0, s.log()
-        n.wait_for(lambda m: m == "STOPPING=1", 5)
+        n.wait_for(lambda m: m == "STOPPING=1", sftest.PATIENCE)
         texts = n.texts()
         assert texts == ["STATUS=serving as worker id 5", "READY=1", "STOPPING=1"], texts
     finally:
@@ -136,7 +136,7 @@ def registered_ready_after_startup_sleep_and_status_follows_fencing():
         assert "READY=1" not in n.texts(), n.texts()
         assert gets_no_id(s), "an id during startup_sleep_ms; log:\n" + s.log()
         assert "READY=1" not in n.texts(), n.texts()
-        i, ready_at, _ = n.wait_for(lambda m: m == "READY=1", 15)
+        i, ready_at, _ = n.wait_for(lambda m: m == "READY=1", sftest.PATIENCE)
         waited = ready_at - sleep_began
         assert waited >= (SLEEP_MS - 100) / 1000.0, "READY=1 %.2f s into a %d ms sleep" % (
             waited, SLEEP_MS)
@@ -145,16 +145,16 @@ def registered_ready_after_startup_sleep_and_status_follows_fencing():
         ZK.stop()
         try:
             j, _, fenced = n.wait_for(lambda m: m.startswith("STATUS=fenced: "),
-                                      3 * SESSION_MS / 1000.0, i + 1)
+                                      sftest.PATIENCE, i + 1)
             assert "ZooKeeper" in fenced, fenced
             assert gets_no_id(s), "an id after STATUS=fenced; log:\n" + s.log()
             time.sleep(SESSION_MS / 1000.0)  # past the session timeout in all
         finally:
             ZK.start()
-        n.wait_for(lambda m: m == "STATUS=serving as worker id 3", 20, j + 1)
+        n.wait_for(lambda m: m == "STATUS=serving as worker id 3", sftest.PATIENCE, j + 1)
         assert worker_of_next_id(s) == 3
         assert s.stop() == 0, s.log()
-        n.wait_for(lambda m: m == "STOPPING=1", 5)
+        n.wait_for(lambda m: m == "STOPPING=1", sftest.PATIENCE)
         assert n.texts().count("READY=1") == 1, n.texts()
     finally:
         n.close()

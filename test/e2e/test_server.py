@@ -380,7 +380,7 @@ def test_idle_timeout(srv):
 
 def test_max_connections(srv):
     # The start-up check's own connection counts until its thread has seen it close.
-    sftest.wait_until(lambda: stats(srv).get("connections") == 0, 5,
+    sftest.wait_until(lambda: stats(srv).get("connections") == 0, sftest.PATIENCE,
                       "the start-up check's connection closed")
     held = [sftest.Client(srv.port) for _ in range(8)]
     try:
@@ -401,7 +401,7 @@ def test_max_connections(srv):
     finally:
         for c in held:
             c.close()
-    deadline = time.time() + 5
+    deadline = time.time() + sftest.PATIENCE
     while True:
         try:
             assert_serving(srv)

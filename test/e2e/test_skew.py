@@ -64,14 +64,14 @@ def offset_seen(srv):
 def test_gauge_follows_drift(nodes, clock):
     a, b, c = nodes
     for srv in nodes:
-        wait_until(lambda: skew_near(srv, 0), 15, "a skew near 0 on worker %s" % srv.argv)
+        wait_until(lambda: skew_near(srv, 0), sftest.PATIENCE, "a skew near 0 on worker %s" % srv.argv)
     clock.set("+1s")  # within the bound: measured, not refused
-    wait_until(lambda: skew_near(c, 1000), 15, "the moved node's gauge near +1000 ms")
+    wait_until(lambda: skew_near(c, 1000), sftest.PATIENCE, "the moved node's gauge near +1000 ms")
     assert ids_served(c), "a node within max_peer_skew_ms must serve"
     assert skew_near(a, 0) and skew_near(b, 0), \
         "one node's drift must not move the others' estimate: %r %r" % (
             metric(a, "peer_clock_skew_ms"), metric(b, "peer_clock_skew_ms"))
-    wait_until(lambda: offset_seen(a), 10,
+    wait_until(lambda: offset_seen(a), sftest.PATIENCE,
                "an offset near -1000 ms (ours minus the moved node's) in /stats.txt")
     assert "peer_clock_skew_ms:" in a.http("/stats.txt")[1]
     status, body = a.http("/metrics")
@@ -83,7 +83,7 @@ def test_fence_trips_and_recovers(nodes, clock):
     a, b, c = nodes
     clock.set("+4s")
     # Its reservation in ZooKeeper may refuse ids first, until the next renewal.
-    wait_until(lambda: "max_peer_skew_ms" in c.http("/health")[1], 15,
+    wait_until(lambda: "max_peer_skew_ms" in c.http("/health")[1], sftest.PATIENCE,
                "the moved node fenced for its skew")
     status, body = c.http("/health")
     assert status == 503, (status, body)
@@ -94,12 +94,12 @@ def test_fence_trips_and_recovers(nodes, clock):
     for srv in (a, b):
         assert srv.http("/health")[0] == 200, srv.http("/health")
         assert ids_served(srv), "the nodes whose clocks agree must serve on"
-    c.wait_for(r"our clock is \d+ ms ahead of the peers'", 5)
+    c.wait_for(r"our clock is \d+ ms ahead of the peers'")
     clock.set("+0")
-    wait_until(lambda: c.http("/health")[0] == 200, 15, "the node serving again")
-    wait_until(lambda: ids_served(c), 10, "ids from the node again")
+    wait_until(lambda: c.http("/health")[0] == 200, sftest.PATIENCE, "the node serving again")
+    wait_until(lambda: ids_served(c), sftest.PATIENCE, "ids from the node again")
     assert metric(c, "peer_clock_fenced") == 0
-    c.wait_for(r"our clock is back within max_peer_skew_ms", 5)
+    c.wait_for(r"our clock is back within max_peer_skew_ms")
 
 
 def test_crash_ahead_restart_behind():
@@ -120,16 +120,16 @@ def test_crash_ahead_restart_behind():
     try:
         crashed = Server(args, env=ahead, worker_id=5, datacenter_id=2,
                          wait_serving=False).start()
-        crashed.wait_for(r"serving ids as worker id 5", 20)
+        crashed.wait_for(r"serving ids as worker id 5")
         with crashed.client() as api:
             last = max(decode(api.get_id("skew-test"))[0] for _ in range(100))
         crashed.stop(signal.SIGKILL)
-        wait_until(lambda: zk.exists("/crash-test/5") is None, 15,
+        wait_until(lambda: zk.exists("/crash-test/5") is None, sftest.PATIENCE,
                    "the crashed node's session gone")
         restarted = Server(args, worker_id=5, datacenter_id=2, wait_serving=False).start()
         restarted.wait_for(r"waiting \d+ ms for the clock to pass the floor recorded for worker "
                            r"id 5 \(the reservation", 20)
-        restarted.wait_for(r"serving ids as worker id 5", 20)
+        restarted.wait_for(r"serving ids as worker id 5")
         with restarted.client() as api:
             first = decode(api.get_id("skew-test"))[0]
         assert first > last, "the restarted run's first id at %d, not after the crashed " \
@@ -153,7 +153,7 @@ def main():
         nodes = []
         for worker, node_env in ((1, None), (2, None), (3, env)):
             srv = node(worker, node_env).start()
-            srv.wait_for(r"serving ids as worker id %d" % worker, 20)
+            srv.wait_for(r"serving ids as worker id %d" % worker)
             nodes.append(srv)
         r.run(test_gauge_follows_drift, nodes, clock)
         r.run(test_fence_trips_and_recovers, nodes, clock)

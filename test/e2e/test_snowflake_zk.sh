@@ -102,7 +102,7 @@ mkfifo "$fifo"
 $T release 11 <"$fifo" >"$dir/release.out" 2>&1 &
 release_pid=$!
 exec 3>"$fifo"
-for _ in $(seq 150); do
+for _ in $(seq 600); do
   grep -q 'delete /snowflake-servers/11' "$dir/release.out" && break
   sleep 0.1
 done

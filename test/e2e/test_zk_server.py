@@ -36,20 +36,20 @@ def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=Fals
                   wait_serving=False)
 
 
-def serving(server, timeout=15.0):
+def serving(server, timeout=sftest.PATIENCE):
     """Waits until the server serves; returns the worker id it holds."""
     m = server.wait_for(r"serving ids as worker id (\d+)", timeout)
     return int(m.group(1))
 
 
-def refused(server, text, timeout=15.0):
+def refused(server, text, timeout=sftest.PATIENCE):
     """Waits for the server to stop by itself, non-zero, with text in its log."""
     rc = server.wait_exit(timeout)
     assert rc not in (0, None), "exit status %r, expected non-zero; log:\n%s" % (rc, server.log())
     assert text in server.log(), "%r not in the log:\n%s" % (text, server.log())
 
 
-def assert_serving_again(server, worker_id, timeout=20.0):
+def assert_serving_again(server, worker_id, timeout=sftest.PATIENCE):
     """After fencing: the server claims worker_id again, hands out its ids and
     says so in /health and its log. While it is fenced its port may be closed or the
     call refused, depending on listen_while_not_serving."""
@@ -130,7 +130,7 @@ def ids_refused_until_startup_sleep_ends():
 def stopped_promptly(server, limit_s):
     """SIGTERM, then the exit status and how long the exit took."""
     t0 = time.monotonic()
-    rc = server.stop(timeout=30)
+    rc = server.stop()
     return rc, time.monotonic() - t0
 
 
@@ -169,7 +169,7 @@ def eight_auto_servers_get_distinct_ids():
     servers = [zk_server("/auto", worker_id="auto") for _ in range(8)]
     for s in servers:
         s.start()
-    ids = [serving(s, 30) for s in servers]
+    ids = [serving(s) for s in servers]
     assert sorted(ids) == list(range(8)), ids
     zk = ZK.client()
     try:
@@ -462,7 +462,7 @@ def fencing_and_reregistration():
         api.get_id("zktest")
     ZK.stop()
     try:
-        deadline = time.time() + 3 * SESSION_MS / 1000.0
+        deadline = time.time() + sftest.PATIENCE
         fenced = None
         while time.time() < deadline and fenced is None:
             with s.client() as api:

@@ -8,7 +8,8 @@ sf_free_port() {
 }
 
 # sf_start LOG COMMAND... starts COMMAND (a snowflaked command line, usually with --port 0)
-# in the background, its output in LOG, and waits up to 10 s for its "listening on" line.
+# in the background, its output in LOG, and waits up to 60 s for its "listening on" line
+# (generous: the suite runs on busy build machines too).
 # Sets SF_PID and SF_PORT; returns 1, with SF_PORT empty, when the server exited or never
 # said so (LOG says why).
 sf_start() {
@@ -17,7 +18,7 @@ sf_start() {
   "$@" >"$sf_log" 2>&1 &
   SF_PID=$!
   SF_PORT=""
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     SF_PORT=$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$sf_log" | head -n 1)
     [ -n "$SF_PORT" ] && return 0
     kill -0 "$SF_PID" 2>/dev/null || return 1

@@ -212,7 +212,7 @@ static sf_registry *serving_holder(sf_registry_options *o, sf_test_state_log *st
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(sf_test_wait_serving(state, true, 3000));
+    ck_assert(sf_test_wait_serving(state, true, SF_TEST_PATIENCE_MS));
     return r;
 }
 
@@ -402,12 +402,12 @@ START_TEST(own_lock_node_does_not_block_claiming_again)
     test_options(&o, zk.hosts, "/t-ownlock", -1, 2000);
     sf_registry *a = serving_holder(&o, &state);
     ck_assert_int_eq(zoo_delete(zh, "/t-ownlock/0", -1), ZOK);
-    bool fenced = sf_test_wait_serving(&state, false, 3000);
-    bool back = fenced && sf_test_wait_serving(&state, true, 6000);
+    bool fenced = sf_test_wait_serving(&state, false, SF_TEST_PATIENCE_MS);
+    bool back = fenced && sf_test_wait_serving(&state, true, SF_TEST_PATIENCE_MS);
     sf_registry_close(a);
     zookeeper_close(zh);
     ck_assert_msg(fenced, "still serving after losing the worker node");
-    ck_assert_msg(back, "not serving 6 s after losing the worker node: the claim waits "
+    ck_assert_msg(back, "not serving again after losing the worker node: the claim waits "
                   "behind our own lock node (last reason: %s)", state.reason);
 }
 END_TEST

@@ -300,10 +300,10 @@ START_TEST(fencing_stops_and_resumes)
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(sf_test_wait_serving(&log, true, 1000));
+    ck_assert(sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS));
     ck_assert_int_eq(sf_test_zk_stop(&zk), 0);
     int64_t stopped_at = sf_test_boot_ms();
-    ck_assert_msg(sf_test_wait_serving(&log, false, 3000), "still serving without ZooKeeper");
+    ck_assert_msg(sf_test_wait_serving(&log, false, SF_TEST_PATIENCE_MS), "still serving without ZooKeeper");
     /* A failed round trip renews nothing: the last lease predates the stop. */
     int64_t last_until = sf_test_lease_snapshot(&lease).until;
     ck_assert_int_gt(last_until, 0);
@@ -312,7 +312,7 @@ START_TEST(fencing_stops_and_resumes)
     nanosleep(&(struct timespec){2, 0}, NULL); /* longer than the session timeout */
     ck_assert_int_eq(sf_test_lease_snapshot(&lease).until, last_until);
     ck_assert_int_eq(sf_test_zk_restart(&zk), 0);
-    ck_assert_msg(sf_test_wait_serving(&log, true, 15000), "did not serve again after ZooKeeper came back");
+    ck_assert_msg(sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS), "did not serve again after ZooKeeper came back");
     ck_assert_int_gt(sf_test_lease_snapshot(&lease).until, sf_test_boot_ms());
     ck_assert_int_eq(sf_registry_worker_id(r), 4);
     ck_assert_int_eq(log.fenced_reports, 1);
@@ -384,7 +384,7 @@ START_TEST(former_holder_cannot_write_after_losing_node)
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(sf_test_wait_serving(&log, true, 1000));
+    ck_assert(sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS));
     sf_test_sleep_ms(800); /* a few renewals: our node's version is past 0 */
     /* The node is released under us and another session takes id 5 and records a
      * timestamp ahead of our clock: we must stop, and never write its record again. */
@@ -396,7 +396,7 @@ START_TEST(former_holder_cannot_write_after_losing_node)
     char data[32];
     snprintf(data, sizeof data, "%" PRId64, theirs);
     ck_assert_int_eq(zoo_set(zh, "/t-floor-lost-state/5", data, (int)strlen(data), -1), ZOK);
-    bool fenced = sf_test_wait_serving(&log, false, 2000);
+    bool fenced = sf_test_wait_serving(&log, false, SF_TEST_PATIENCE_MS);
     sf_registry_close(r);
     int64_t after = sf_test_zk_get_floor(zh, "/t-floor-lost-state/5");
     zookeeper_close(zh);
@@ -563,13 +563,13 @@ START_TEST(failed_reconnect_is_retried)
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_msg(sf_registry_claim(r, &id, &floor, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(sf_registry_watch(r, err, sizeof err), 0);
-    ck_assert(sf_test_wait_serving(&log, true, 1000));
+    ck_assert(sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS));
     /* A silent network until ZooKeeper expires the session... */
     sf_test_proxy_set_mode(px, SF_PROXY_BLACKHOLE);
     zhandle_t *zh = sf_test_zk_client(zk.hosts);
-    ck_assert_msg(sf_test_wait_gone(zh, "/t-reconnect/2", 10000), "the session did not expire");
+    ck_assert_msg(sf_test_wait_gone(zh, "/t-reconnect/2", SF_TEST_PATIENCE_MS), "the session did not expire");
     zookeeper_close(zh);
-    ck_assert(sf_test_wait_serving(&log, false, 1000));
+    ck_assert(sf_test_wait_serving(&log, false, SF_TEST_PATIENCE_MS));
     /* ...then the old session's reconnect gets through and learns it expired, and the
      * new session that follows is refused for longer than one connection attempt. */
     sf_test_proxy_forward_then_refuse(px, 1);
@@ -585,10 +585,10 @@ START_TEST(failed_reconnect_is_retried)
     pthread_mutex_unlock(&log.mu);
     ck_assert_msg(strstr(reason, hosts), "the reason reported is not the current one: %s", reason);
     sf_test_proxy_set_mode(px, SF_PROXY_FORWARD);
-    bool back = sf_test_wait_serving(&log, true, 8000);
+    bool back = sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS);
     sf_registry_close(r);
     sf_test_proxy_stop(px);
-    ck_assert_msg(back, "still fenced 8 s after ZooKeeper became reachable again");
+    ck_assert_msg(back, "still fenced long after ZooKeeper became reachable again");
 }
 END_TEST
 
@@ -623,7 +623,7 @@ START_TEST(cut_off_follower_cannot_renew)
             sf_test_sleep_ms(50);
         sf_test_ensemble_cut_member3(&e);
         /* The leader expires our session; from then on another node may claim id 8. */
-        gone = zh && sf_test_wait_gone(zh, "/t-partition/8", 10000);
+        gone = zh && sf_test_wait_gone(zh, "/t-partition/8", SF_TEST_PATIENCE_MS);
         gone_at = sf_test_boot_ms();
         sf_test_sleep_ms(5500); /* until the follower itself notices it is cut off */
         last_until = sf_test_lease_snapshot(&lease).until;

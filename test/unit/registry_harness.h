@@ -4,6 +4,12 @@
 #ifndef SF_TEST_REGISTRY_HARNESS_H
 #define SF_TEST_REGISTRY_HARNESS_H
 
+/* How long a test waits for something that should happen (serving, fenced, a node gone):
+ * generous, since the suite also runs on busy build machines, and a wait on an event ends
+ * as soon as it comes. How fast the registry reacts is the benchmarks' and chaos run's to
+ * measure, not a test's to race. */
+#define SF_TEST_PATIENCE_MS 60000
+
 #include <check.h>
 #include <pthread.h>
 #include <stdbool.h>
