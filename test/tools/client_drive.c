@@ -12,9 +12,10 @@
  *   run S         calls sfc_next_id for S seconds and answers
  *                 run ids=N errors=E dups=D max_age_ms=A max_call_age_ms=C max_gap_ms=G
  *                 failovers=F stale=S first_error=MESSAGE   (age: local clock minus the
- *                 id's timestamp when the call returned; call age: that less the call's own
- *                 time, the id's age when it was asked for; gap: the longest time between
- *                 two ids; stale: prefetched ids dropped as too old meanwhile)
+ *                 id's timestamp when the call returned; call age: the local clock when the
+ *                 call began minus the id's timestamp, a floor of its age when handed out;
+ *                 gap: the longest time between two ids; stale: prefetched ids dropped as
+ *                 too old meanwhile)
  *   quit */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -47,7 +48,9 @@ static void drive_run(sfc_client *c, int seconds, int64_t epoch)
         int64_t id;
         sfc_call call;
         sfc_error err;
-        int64_t asked = sf_clocks_mono_ms();
+        /* An id's age when handed out lies between the clock at the call and at its return:
+         * the first is the bound that holds however long this thread waits for a core. */
+        int64_t asked_wall = sf_clock_now_ms();
         if (sfc_next_id(c, &id, &call, &err) != SFC_OK) {
             if (errors++ == 0)
                 snprintf(first_error, sizeof first_error, "%s", err.message);
@@ -56,7 +59,8 @@ static void drive_run(sfc_client *c, int seconds, int64_t epoch)
         int64_t now = sf_clocks_mono_ms();
         int64_t age = sf_clock_now_ms() - ((id >> SF_TIMESTAMP_SHIFT) + epoch);
         max_age = age > max_age ? age : max_age;
-        max_call_age = age - (now - asked) > max_call_age ? age - (now - asked) : max_call_age;
+        int64_t call_age = asked_wall - ((id >> SF_TIMESTAMP_SHIFT) + epoch);
+        max_call_age = call_age > max_call_age ? call_age : max_call_age;
         max_gap = now - last_ok > max_gap ? now - last_ok : max_gap;
         last_ok = now;
         failovers += (uint64_t)call.failovers;
