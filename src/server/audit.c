@@ -52,6 +52,7 @@ struct sf_audit {
     size_t queued, queued_bytes;
     sf_audit_stats stats;    /* the counters; stats.queued unused (see queued) */
     gboolean stopping;
+    gint64 stop_timeout_us;   /* how long a stop waits for the sink to take something */
     gint64 stop_deadline_us;  /* monotonic: give up delivering after this */
     GThread *thread;
     /* The sender thread's own: */
@@ -308,7 +309,9 @@ static void sf_audit_note_result(sf_audit *a, gboolean ok, const char *err)
 }
 
 /* The sender: takes a batch, delivers it, removes it; backs off after a failure. At stop
- * it keeps delivering until the queue is empty or the deadline passes. */
+ * it keeps delivering until the queue is empty or the sink has taken nothing for the stop's
+ * timeout: a slow sink gets all of it, a dead one bounds the stop. A stop ends a backoff
+ * at once, so a sink that is back is tried before the time runs out. */
 static gpointer sf_audit_thread(gpointer data)
 {
     sf_audit *a = data;
@@ -331,6 +334,8 @@ static gpointer sf_audit_thread(gpointer data)
         sf_audit_note_result(a, ok, err);
         g_mutex_lock(&a->lock);
         sf_audit_pop(a, done);
+        if (a->stopping && done > 0)
+            a->stop_deadline_us = g_get_monotonic_time() + a->stop_timeout_us;
         if (ok) {
             backoff_ms = 0;
             continue;
@@ -338,9 +343,10 @@ static gpointer sf_audit_thread(gpointer data)
         a->stats.audit_send_failures++;
         backoff_ms = CLAMP(backoff_ms * 2, SF_AUDIT_BACKOFF_MIN_MS, SF_AUDIT_BACKOFF_MAX_MS);
         gint64 until = g_get_monotonic_time() + (gint64)backoff_ms * 1000;
+        gboolean stopping_before = a->stopping;
         if (a->stopping)
             until = MIN(until, a->stop_deadline_us);
-        while (g_get_monotonic_time() < until &&
+        while (a->stopping == stopping_before && g_get_monotonic_time() < until &&
                g_cond_wait_until(&a->cond, &a->lock, until)) {
         }
     }
@@ -400,13 +406,14 @@ void sf_audit_stop(sf_audit *a, int timeout_ms)
         return;
     g_mutex_lock(&a->lock);
     a->stopping = TRUE;
-    a->stop_deadline_us = g_get_monotonic_time() + (gint64)MAX(timeout_ms, 0) * 1000;
+    a->stop_timeout_us = (gint64)MAX(timeout_ms, 0) * 1000;
+    a->stop_deadline_us = g_get_monotonic_time() + a->stop_timeout_us;
     g_cond_broadcast(&a->cond);
     g_mutex_unlock(&a->lock);
     g_thread_join(a->thread);
     if (a->queued > 0) {
-        g_warning("audit log: %zu entries not delivered at stop (the sink did not take them "
-                  "within %d ms)", a->queued, timeout_ms);
+        g_warning("audit log: %zu entries not delivered at stop (the sink took nothing for "
+                  "%d ms)", a->queued, timeout_ms);
         a->stats.audit_dropped += a->queued;
     }
     while (a->head != NULL) {

@@ -47,9 +47,9 @@ void sf_audit_record(sf_audit *a, const int64_t *ids, size_t n, const char *agen
 
 void sf_audit_get_stats(sf_audit *a, sf_audit_stats *out);
 
-/* Call after the last sf_audit_record (the server stopped). Delivers what is queued,
- * waiting at most timeout_ms, counts the rest as dropped (and
- * logs how many), stops the thread and frees a. NULL is allowed. */
+/* Call after the last sf_audit_record (the server stopped). Delivers what is queued for as
+ * long as the sink takes it (a sink that took nothing for timeout_ms is given up), counts
+ * the rest as dropped (and logs how many), stops the thread and frees a. NULL is allowed. */
 void sf_audit_stop(sf_audit *a, int timeout_ms);
 
 #define SF_AUDIT_ERROR (sf_audit_error_quark())

@@ -35,6 +35,7 @@ class Receiver:
         self.bad = []
         self.calls = 0
         self.refusing = False
+        self.delay_s = 0.0  # how long each Log call takes to answer
         self.lock = threading.Lock()
         self.sock = TSocket.TServerSocket(host="127.0.0.1", port=port)
         self.sock.listen()
@@ -53,6 +54,7 @@ class Receiver:
             pass
 
     def Log(self, messages):
+        time.sleep(self.delay_s)
         with self.lock:
             self.calls += 1
             for m in messages:
@@ -202,6 +204,46 @@ def delivered_at_sigterm():
         rec.close()
 
 
+def slow_sink_delivered_at_sigterm():
+    """At SIGTERM the queue is delivered while the sink takes it, however long that takes:
+    socket_timeout_ms bounds a sink that takes nothing, not one that is slow. Here each
+    Log call of 100 entries takes 0.4 s, 2 s in all, with a 1 s socket timeout."""
+    rec = Receiver()
+    rec.delay_s = 0.4
+    rec.refusing = True
+    s = audited(rec, rec.port, ["--set", "audit.socket_timeout_ms=1000",
+                                "--set", "audit.batch_size=100"])
+    try:
+        ids = take_ids(s, 0, 1)
+        wait_until(lambda: rec.calls > 0, sftest.PATIENCE, "a Log call refused")
+        rec.refusing = False
+        assert s.stop() == 0, s.log()
+        assert_exactly(rec, ids)
+    finally:
+        s.stop()
+        rec.close()
+
+
+def sink_back_during_backoff_delivered_at_sigterm():
+    """A sink that refused long enough for the sender to back off for seconds, and takes
+    entries again when the node is stopped: the stop ends the backoff and delivers, rather
+    than wait the backoff out past socket_timeout_ms and drop the queue."""
+    rec = Receiver()
+    rec.refusing = True
+    s = audited(rec, rec.port, ["--set", "audit.socket_timeout_ms=1000"])
+    try:
+        ids = take_ids(s, 20, 0)
+        # Refused attempts back off 0.1, 0.2, 0.4, 0.8, 1.6, 3.2 s...: after the sixth the
+        # sender waits 3.2 s, past the 1 s the stop allows.
+        wait_until(lambda: rec.calls >= 6, sftest.PATIENCE, "six Log calls refused")
+        rec.refusing = False
+        assert s.stop() == 0, s.log()
+        assert_exactly(rec, ids)
+    finally:
+        s.stop()
+        rec.close()
+
+
 def file_sink_holds_every_id():
     """sink = file: one JSON object per id, appended."""
     with tempfile.TemporaryDirectory() as d:
@@ -238,6 +280,8 @@ def main():
     r.run(receiver_down_then_up)
     r.run(overload_drops_are_counted)
     r.run(delivered_at_sigterm)
+    r.run(slow_sink_delivered_at_sigterm)
+    r.run(sink_back_during_backoff_delivered_at_sigterm)
     r.run(file_sink_holds_every_id)
     r.run(bad_settings_refused)
     r.finish()
