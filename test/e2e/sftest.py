@@ -364,16 +364,38 @@ class Runner:
         self.failed = 0
 
     def run(self, func, *args):
+        """Runs one check; the servers it started and left running are stopped when it
+        ends, whether it passed or failed, so that no check sees another's leftovers (a
+        registered node's worker id, say)."""
         label = func.__name__
         started = time.time()
+        before = list(_running)
         try:
             func(*args)
+            self._stop_leftovers(before)
             self.passed += 1
             print("ok   %s (%.2f s)" % (label, time.time() - started), flush=True)
         except Exception:  # one failing check must not hide the others
             self.failed += 1
             print("FAIL %s" % label, flush=True)
             traceback.print_exc(file=sys.stdout)
+            try:
+                self._stop_leftovers(before)
+            except Exception as e:
+                print("while stopping the servers it left: %s" % e)
+
+    @staticmethod
+    def _stop_leftovers(before):
+        """Stops the servers started since before was taken; a report of the wrapper
+        (valgrind) about one of them fails the check."""
+        problems = []
+        for server in [s for s in _running if s not in before]:
+            try:
+                server.stop()
+            except Exception as e:  # a report from one server must not spare the others
+                problems.append(str(e))
+        if problems:
+            raise AssertionError("; ".join(problems))
 
     def finish(self):
         _stop_all()

@@ -278,7 +278,9 @@ class LegacyPool:
 
     def _conn(self, port):
         if port not in self.conns:
-            self.conns[port] = LegacyClient(port, 2.0)
+            # A generous timeout: the faults here close ports, which fails at once; a call
+            # slow for want of a core on a busy machine is no reason to move on.
+            self.conns[port] = LegacyClient(port, 10.0)
         return self.conns[port]
 
     def _drop(self, port):
@@ -318,7 +320,10 @@ def pooled_client_fails_over():
     link = LinkProxy(zk_port())
     port_a = sftest.free_port()
     a = node("/dropin-pool", 12, "127.0.0.1:%d" % link.port, port=port_a)
-    b = node("/dropin-pool", 13, ZK.hosts)
+    # B, which the faults leave alone, has a session long enough that a busy machine does
+    # not let its lease run out: every call must find it serving.
+    b = node("/dropin-pool", 13, ZK.hosts,
+             extra=["--set", "zookeeper.session_timeout_ms=10000"])
     pool = None
     try:
         a.start()

@@ -167,21 +167,24 @@ def sigterm_during_start_up():
 def eight_auto_servers_get_distinct_ids():
     """Eight servers with worker_id = auto started at once hold eight distinct ids."""
     servers = [zk_server("/auto", worker_id="auto") for _ in range(8)]
-    for s in servers:
-        s.start()
-    ids = [serving(s) for s in servers]
-    assert sorted(ids) == list(range(8)), ids
-    zk = ZK.client()
     try:
-        assert sorted(int(k) for k in zk.get_children("/auto")) == list(range(8))
-        assert zk.get_children("/auto-locks") == [], "lock nodes left behind"
+        for s in servers:
+            s.start()
+        ids = [serving(s) for s in servers]
+        assert sorted(ids) == list(range(8)), ids
+        zk = ZK.client()
+        try:
+            assert sorted(int(k) for k in zk.get_children("/auto")) == list(range(8))
+            assert zk.get_children("/auto-locks") == [], "lock nodes left behind"
+        finally:
+            zk.stop()
+        for s in servers:
+            with s.client() as api:
+                worker = decode(api.get_id("zktest"))[2]
+            assert worker == ids[servers.index(s)]
     finally:
-        zk.stop()
-    for s in servers:
-        with s.client() as api:
-            worker = decode(api.get_id("zktest"))[2]
-        assert worker == ids[servers.index(s)]
-        s.stop()
+        for s in servers:  # their worker nodes go with them, whatever failed
+            s.stop()
 
 
 def exhaustion_lists_holders():
@@ -392,7 +395,7 @@ def mixed_fleet_with_embedded_holder():
         try:
             state = os.path.join(out, "state-e1")
             sftest.wait_until(lambda: os.path.exists(state) and
-                              open(state).read().startswith("serving 0"), 15,
+                              open(state).read().startswith("serving 0"), sftest.PATIENCE,
                               "the embedded holder serving as worker id 0")
             c = zk_server("/mixed", worker_id="auto", datacenter_id=3).start()
             refused(c, "datacenter id insanity: /mixed/0 (embedded pid=%d" % e.pid)
