@@ -255,7 +255,9 @@ START_TEST(status_page_is_served_whole)
     ASSERT_HAS(r, "200 OK");
     ASSERT_HAS(r, "Content-Type: text/html; charset=utf-8");
     ASSERT_HAS(r, "<title>snowflaked status</title>");
-    ASSERT_HAS(r, "fetch(\"/stats.json\")");
+    ASSERT_HAS(r, "get(\"/state.json\", \"json\")");
+    ASSERT_HAS(r, "get(\"/history.json\", \"json\")");
+    ASSERT_HAS(r, "<link id=\"icon\" rel=\"icon\" href=\"/favicon.ico\">");
     ASSERT_HAS(r, "</html>\n");
     ck_assert_msg(strstr(r, "src=\"http") == NULL && strstr(r, "href=\"http") == NULL,
                   "the page loads something from elsewhere:\n%s", r);
