@@ -155,6 +155,15 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         if (r->connected || r->disconnected_since == 0)
             r->disconnected_since = now;
         r->connected = false;
+        /* Fenced (a renewal or a claim again got no answer), and now cut off from ZooKeeper
+         * (a paused or partitioned server): say the latter, which is what to look at. */
+        if (r->state != SF_REG_SERVING && r->cause != SF_REGISTRY_CAUSE_STARTING &&
+            r->cause != SF_REGISTRY_CAUSE_NONE && r->cause != SF_REGISTRY_CAUSE_UNREACHABLE) {
+            r->cause = SF_REGISTRY_CAUSE_UNREACHABLE;
+            sf_reg_queue_fenced(r, "disconnected from ZooKeeper while fenced; the session may "
+                                   "have expired and another node may hold our worker id",
+                                false);
+        }
         break;
     case SF_REG_EV_EXPIRED:
         r->conn++;
@@ -220,8 +229,14 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         break;
     case SF_REG_EV_FAILED:
         /* Already fenced: the event that fenced us has the more precise reason. */
-        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED)
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED && r->connected) {
             sf_reg_fence(r, SF_REGISTRY_CAUSE_CLAIM, reason);
+        } else if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED) {
+            char why[SF_REG_REASON_MAX + 64]; /* the step failed for want of ZooKeeper */
+            snprintf(why, sizeof why, "disconnected from ZooKeeper while claiming again (%s)",
+                     reason);
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_UNREACHABLE, why);
+        }
         break;
     case SF_REG_EV_TIMER:
         if (r->state == SF_REG_SERVING) {

@@ -449,6 +449,44 @@ START_TEST(health_names_zookeeper_unreachable)
 }
 END_TEST
 
+/* A ZooKeeper server that stops answering (SIGSTOP: paused, or cut off) first costs the lease,
+ * then the connection: the reason ends up naming ZooKeeper out of reach, not the lease alone,
+ * which would point at a conflict. */
+START_TEST(health_names_a_paused_zookeeper)
+{
+    sf_test_zk own;
+    ck_assert_int_eq(sf_test_zk_start(&own), 0);
+    char path[512];
+    long pid = 0;
+    snprintf(path, sizeof path, "%s/pid", own.dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL && fscanf(f, "%ld", &pid) == 1 && pid > 0, "no pid in %s", path);
+    fclose(f);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    sfz_health hh = {0};
+    sfz_state st = {0};
+    test_options(&o, own.hosts, "/e-paused");
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    ck_assert_int_eq(kill((pid_t)pid, SIGSTOP), 0);
+    for (int64_t end = sf_test_boot_ms() + 45000; /* within the test's 60 s */ sf_test_boot_ms() < end; sf_test_sleep_ms(20)) {
+        sfz_get_health(h, &hh);
+        sfz_get_state(h, &st);
+        if (hh.reason == SFZ_REASON_ZOOKEEPER_UNREACHABLE &&
+            strstr(st.reason, "disconnected from ZooKeeper") != NULL)
+            break;
+    }
+    kill((pid_t)pid, SIGCONT);
+    ck_assert_msg(hh.reason == SFZ_REASON_ZOOKEEPER_UNREACHABLE, "reason %s",
+                  sfz_reason_name(hh.reason));
+    ck_assert_msg(strstr(st.reason, "disconnected from ZooKeeper") != NULL, "reason: %s",
+                  st.reason);
+    sfz_stop(h);
+    sf_test_zk_destroy(&own);
+}
+END_TEST
+
 /* sfz_shut refuses every id from then on, also after the lease was renewed since. */
 START_TEST(shut_refuses_for_good)
 {
@@ -561,7 +599,7 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
     ck_assert_int_eq(child_next_id(to, from), SFZ_OK);
     kill(pid, SIGSTOP);
     sf_test_sleep_ms(2000 + 1500);
-    kill(pid, SIGCONT);
+    kill((pid_t)pid, SIGCONT);
     int rc = child_next_id(to, from);
     close(to);
     close(from);
@@ -585,6 +623,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, cancel_during_start);
     tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);
     tcase_add_test(tc, health_names_zookeeper_unreachable);
+    tcase_add_test(tc, health_names_a_paused_zookeeper);
     tcase_add_test(tc, frozen_past_the_session_refuses_on_waking);
     tcase_add_test(tc, shut_refuses_for_good);
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
