@@ -327,8 +327,6 @@ def every_exported_metric_has_a_decision():
     listed = set(re.findall(r"^    ([a-z_]+)\s", section, re.M))
     missing = sorted(base - listed)
     assert not missing, "exported but not decided on in the README: %s" % missing
-    stale = sorted(listed - base)
-    assert not stale, "decided on in the README but not exported: %s" % stale
     print("   %d metrics, each decided on" % len(base))
 
 
