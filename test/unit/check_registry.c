@@ -326,8 +326,9 @@ START_TEST(fencing_stops_and_resumes)
     ck_assert_msg(sf_test_wait_serving(&log, true, 15000), "did not serve again after ZooKeeper came back");
     ck_assert_int_gt(sf_test_lease_snapshot(&lease).until, sf_test_boot_ms());
     ck_assert_int_eq(sf_registry_worker_id(r), 4);
-    ck_assert_msg(log.fenced_reports == 1 || log.fenced_reports == 2, "%d fenced reports",
-                  log.fenced_reports);
+    /* Fenced once, told of each new reason while fenced (how many depends on which of the
+     * lease, the connection and the claim again fails first), and serving once more. */
+    ck_assert_int_ge(log.fenced_reports, 1);
     ck_assert_int_eq(log.serving_reports, 2);
     sf_registry_close(r);
 }
