@@ -1,5 +1,6 @@
-/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: the status page (/),
- * /stats.json, /stats.txt (and /stats), /metrics, /health, /ping and /server_info.json. */
+/* admin.c -- sf_admin: the HTTP stats and health endpoint on libmicrohttpd: the status page (/)
+ * and its icon, /stats.json, /stats.txt (and /stats), /metrics (admin_prom.c), /health,
+ * /state.json (admin_state.c), /history.json, /ping and /server_info.json. */
 #define _GNU_SOURCE
 #include "admin.h"
 
@@ -10,40 +11,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "admin_internal.h"
 #include "common/bindaddr.h"
 #include "ratelog.h"
 #include "status_page.h"
-
-typedef struct sf_admin_item {
-    sf_admin_kind kind;
-    char *name;
-    char *label;
-    char *label_name; /* NULL: label is a user agent (see sf_admin_snapshot_add) */
-    int64_t value;
-    char *help;
-} sf_admin_item;
-
-typedef struct sf_admin_timing {
-    char *name;
-    sf_latency_snapshot *figures;
-} sf_admin_timing;
-
-/* A histogram: its buckets' bounds and counts (not cumulative; one more count than bounds). */
-typedef struct sf_admin_histogram {
-    char *name, *help;
-    int64_t *bounds;
-    uint64_t *counts;
-    size_t n;
-    int64_t sum;
-} sf_admin_histogram;
-
-struct sf_admin_snapshot {
-    GArray *items;   /* sf_admin_item */
-    GArray *timings; /* sf_admin_timing */
-    GArray *histograms; /* sf_admin_histogram */
-    gboolean serving;
-    char *reason;
-};
 
 struct sf_admin {
     struct MHD_Daemon *daemon;
@@ -51,8 +22,9 @@ struct sf_admin {
     void *ctx;
     int port;
     gint64 start_unix_us;
-    GMutex info_lock; /* guards version and build: set while requests may be answered */
-    char *version, *build;
+    GMutex info_lock; /* guards the strings below: set while requests may be answered */
+    char *version, *build, *commit, *node;
+    sf_history *history;
     sf_ratelog log_limit; /* the library's error lines, e.g. accept() out of descriptors */
 };
 
@@ -79,6 +51,25 @@ void sf_admin_snapshot_add_labelled(sf_admin_snapshot *snap, sf_admin_kind kind,
     sf_admin_item item = {kind, g_strdup(name), g_strdup(label), g_strdup(label_name), value,
                           g_strdup(help)};
     g_array_append_val(snap->items, item);
+}
+
+void sf_admin_snapshot_add_metric(sf_admin_snapshot *snap, sf_admin_kind kind,
+                                  const char *name, const char *const *labels, double value,
+                                  const char *help)
+{
+    GString *l = g_string_new(NULL);
+    sf_admin_prom_labels(l, labels);
+    sf_admin_metric m = {kind, g_strdup(name), g_strdup(help), g_string_free(l, FALSE), value};
+    g_array_append_val(snap->metrics, m);
+}
+
+void sf_admin_snapshot_set_state(sf_admin_snapshot *snap, const sf_admin_state *st)
+{
+    snap->has_state = TRUE;
+    snap->state = *st;
+    snap->state.reason_code = g_strdup(st->reason_code);
+    snap->state.session = g_strdup(st->session);
+    snap->state.worker_id_path = g_strdup(st->worker_id_path);
 }
 
 void sf_admin_snapshot_add_timing(sf_admin_snapshot *snap, const char *name,
@@ -108,7 +99,7 @@ static void sf_admin_histogram_clear(gpointer p)
 }
 
 /* Writes a histogram's cumulative buckets, each as row(out, le or NULL for +Inf, count). */
-static void sf_admin_histogram_rows(GString *out, const sf_admin_histogram *h,
+void sf_admin_histogram_rows(GString *out, const sf_admin_histogram *h,
                                     void (*row)(GString *out, const sf_admin_histogram *h,
                                                 const int64_t *le, uint64_t cumulative))
 {
@@ -130,18 +121,6 @@ static void sf_admin_histogram_text_row(GString *out, const sf_admin_histogram *
         g_string_append_printf(out, "count=%" G_GUINT64_FORMAT ", ", cumulative);
 }
 
-static void sf_admin_histogram_prom_row(GString *out, const sf_admin_histogram *h,
-                                        const int64_t *le, uint64_t cumulative)
-{
-    if (le != NULL)
-        g_string_append_printf(out, "snowflake_%s_bucket{le=\"%" G_GINT64_FORMAT "\"} %"
-                               G_GUINT64_FORMAT "\n", h->name, *le, cumulative);
-    else
-        g_string_append_printf(out, "snowflake_%s_bucket{le=\"+Inf\"} %" G_GUINT64_FORMAT
-                               "\nsnowflake_%s_count %" G_GUINT64_FORMAT "\n", h->name,
-                               cumulative, h->name, cumulative);
-}
-
 void sf_admin_snapshot_set_health(sf_admin_snapshot *snap, gboolean serving, const char *reason)
 {
     snap->serving = serving;
@@ -157,6 +136,15 @@ static void sf_admin_item_clear(gpointer p)
     g_free(item->label);
     g_free(item->label_name);
     g_free(item->help);
+}
+
+/* Frees one figure of /metrics alone (the array's clear function). */
+static void sf_admin_metric_clear(gpointer p)
+{
+    sf_admin_metric *m = p;
+    g_free(m->name);
+    g_free(m->help);
+    g_free(m->labels);
 }
 
 /* Frees one timing (the array's clear function). */
@@ -177,6 +165,8 @@ static sf_admin_snapshot *sf_admin_collect(sf_admin *a)
     g_array_set_clear_func(snap->timings, sf_admin_timing_clear);
     snap->histograms = g_array_new(FALSE, FALSE, sizeof(sf_admin_histogram));
     g_array_set_clear_func(snap->histograms, sf_admin_histogram_clear);
+    snap->metrics = g_array_new(FALSE, FALSE, sizeof(sf_admin_metric));
+    g_array_set_clear_func(snap->metrics, sf_admin_metric_clear);
     snap->serving = TRUE;
     a->collect(snap, a->ctx);
     return snap;
@@ -188,12 +178,15 @@ static void sf_admin_snapshot_free(sf_admin_snapshot *snap)
     g_array_free(snap->items, TRUE);
     g_array_free(snap->timings, TRUE);
     g_array_free(snap->histograms, TRUE);
+    g_array_free(snap->metrics, TRUE);
+    g_free((char *)snap->state.reason_code);
+    g_free((char *)snap->state.session);
+    g_free((char *)snap->state.worker_id_path);
     g_free(snap->reason);
     g_free(snap);
 }
 
-/* Appends s as a JSON string literal. */
-static void sf_admin_json_string(GString *out, const char *s)
+void sf_admin_json_string(GString *out, const char *s)
 {
     g_string_append_c(out, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -335,88 +328,6 @@ static char *sf_admin_render_text(const sf_admin_snapshot *snap)
     return g_string_free(out, FALSE);
 }
 
-/* Appends a Prometheus label value with \, " and newline escaped. */
-static void sf_admin_prom_label(GString *out, const char *s)
-{
-    for (const char *p = s; *p; p++) {
-        if (*p == '\\' || *p == '"')
-            g_string_append_printf(out, "\\%c", *p);
-        else if (*p == '\n')
-            g_string_append(out, "\\n");
-        else
-            g_string_append_c(out, *p);
-    }
-}
-
-/* /metrics in the Prometheus text format: snowflake_ prefix, counters end in
- * _total, per-agent counters become snowflake_<name>_by_agent_total{agent=...}. */
-static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
-{
-    GString *out = g_string_new(NULL);
-    GHashTable *seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-    for (guint i = 0; i < snap->items->len; i++) {
-        const sf_admin_item *item = &g_array_index(snap->items, sf_admin_item, i);
-        gboolean counter = item->kind == SF_ADMIN_COUNTER;
-        gboolean by_agent = item->label && !item->label_name;
-        char *metric = g_strdup_printf("snowflake_%s%s%s", item->name,
-                                       by_agent ? "_by_agent" : "", counter ? "_total" : "");
-        if (!g_hash_table_contains(seen, metric)) {
-            g_string_append_printf(out, "# HELP %s %s\n# TYPE %s %s\n", metric,
-                                   item->help ? item->help : item->name, metric,
-                                   counter ? "counter" : "gauge");
-            g_hash_table_add(seen, g_strdup(metric));
-        }
-        g_string_append(out, metric);
-        if (item->label) {
-            g_string_append_printf(out, "{%s=\"", by_agent ? "agent" : item->label_name);
-            sf_admin_prom_label(out, item->label);
-            g_string_append(out, "\"}");
-        }
-        g_string_append_printf(out, " %" G_GINT64_FORMAT "\n", item->value);
-        g_free(metric);
-    }
-    if (snap->timings->len > 0)
-        g_string_append(out, "# HELP snowflake_request_duration_seconds Time from a call's entry "
-                             "into the handler to its return, per method\n"
-                             "# TYPE snowflake_request_duration_seconds histogram\n");
-    for (guint i = 0; i < snap->timings->len; i++) {
-        const sf_admin_timing *t = &g_array_index(snap->timings, sf_admin_timing, i);
-        /* One bucket per power of two of nanoseconds: exact sums of the histogram's rows. */
-        uint64_t cumulative = 0;
-        for (size_t b = 0; b < SF_LATENCY_BUCKETS - SF_LATENCY_SUB; b++) {
-            cumulative += t->figures->buckets[b];
-            if ((b + 1) % SF_LATENCY_SUB != 0)
-                continue;
-            double le = (double)(sf_latency_bucket_upper_ns(b) + 1) / 1e9;
-            g_string_append_printf(out,
-                                   "snowflake_request_duration_seconds_bucket{method=\"%s\","
-                                   "le=\"%g\"} %" G_GUINT64_FORMAT "\n",
-                                   t->name, le, cumulative);
-        }
-        g_string_append_printf(out,
-                               "snowflake_request_duration_seconds_bucket{method=\"%s\",le=\"+Inf\"} "
-                               "%" G_GUINT64_FORMAT "\n"
-                               "snowflake_request_duration_seconds_sum{method=\"%s\"} %.9f\n"
-                               "snowflake_request_duration_seconds_count{method=\"%s\"} "
-                               "%" G_GUINT64_FORMAT "\n",
-                               t->name, t->figures->count, t->name,
-                               (double)t->figures->sum_ns / 1e9, t->name, t->figures->count);
-    }
-    for (guint i = 0; i < snap->histograms->len; i++) {
-        const sf_admin_histogram *h = &g_array_index(snap->histograms, sf_admin_histogram, i);
-        g_string_append_printf(out, "# HELP snowflake_%s %s\n# TYPE snowflake_%s histogram\n",
-                               h->name, h->help, h->name);
-        sf_admin_histogram_rows(out, h, sf_admin_histogram_prom_row);
-        g_string_append_printf(out, "snowflake_%s_sum %" G_GINT64_FORMAT "\n", h->name, h->sum);
-    }
-    g_string_append_printf(out,
-                           "# HELP snowflake_serving 1 while ids are handed out\n"
-                           "# TYPE snowflake_serving gauge\nsnowflake_serving %d\n",
-                           snap->serving ? 1 : 0);
-    g_hash_table_unref(seen);
-    return g_string_free(out, FALSE);
-}
-
 /* Sends body (taken over) with a status and content type. */
 static enum MHD_Result sf_admin_reply(struct MHD_Connection *conn, unsigned status,
                                       const char *type, char *body)
@@ -441,6 +352,10 @@ static char *sf_admin_render_info(sf_admin *a)
     sf_admin_json_string(out, a->version != NULL ? a->version : "unknown");
     g_string_append(out, ",\"build\":");
     sf_admin_json_string(out, a->build != NULL ? a->build : "unknown");
+    g_string_append(out, ",\"commit\":");
+    sf_admin_json_string(out, a->commit != NULL ? a->commit : "unknown");
+    g_string_append(out, ",\"node\":");
+    sf_admin_json_string(out, a->node != NULL ? a->node : "");
     g_mutex_unlock(&a->info_lock);
     GDateTime *start = g_date_time_new_from_unix_utc(a->start_unix_us / G_USEC_PER_SEC);
     char *when = start != NULL ? g_date_time_format_iso8601(start) : g_strdup("unknown");
@@ -453,6 +368,69 @@ static char *sf_admin_render_info(sf_admin *a)
     if (start != NULL)
         g_date_time_unref(start);
     return g_string_free(out, FALSE);
+}
+
+/* The figures of a request for them, with what the endpoint itself knows: the build. */
+static sf_admin_snapshot *sf_admin_collect_all(sf_admin *a)
+{
+    sf_admin_snapshot *snap = sf_admin_collect(a);
+    g_mutex_lock(&a->info_lock);
+    const char *labels[] = {"version", a->version ? a->version : "unknown",
+                            "commit", a->commit ? a->commit : "unknown",
+                            "build", a->build ? a->build : "unknown", NULL};
+    sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "snowflake_build_info", labels, 1,
+                                 "Always 1: the version, the commit and the build running");
+    g_mutex_unlock(&a->info_lock);
+    return snap;
+}
+
+/* Answers the paths made from one snapshot of the figures. */
+static enum MHD_Result sf_admin_figures(sf_admin *a, struct MHD_Connection *conn,
+                                        const char *url)
+{
+    sf_admin_snapshot *snap = sf_admin_collect_all(a);
+    enum MHD_Result ret;
+    if (strcmp(url, "/stats.txt") == 0 || strcmp(url, "/stats") == 0) {
+        ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", sf_admin_render_text(snap));
+    } else if (strcmp(url, "/stats.json") == 0) {
+        ret = sf_admin_reply(conn, MHD_HTTP_OK, "application/json", sf_admin_render_json(snap));
+    } else if (strcmp(url, "/metrics") == 0) {
+        ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4",
+                             sf_admin_render_prometheus(snap));
+    } else if (strcmp(url, "/state.json") == 0) {
+        g_mutex_lock(&a->info_lock);
+        char *body = sf_admin_render_state(snap, a->node, g_get_real_time() / 1000);
+        g_mutex_unlock(&a->info_lock);
+        ret = sf_admin_reply(conn, MHD_HTTP_OK, "application/json", body);
+    } else if (snap->serving) {
+        ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("serving\n"));
+    } else {
+        ret = sf_admin_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+                             g_strdup_printf("not serving: %s\n",
+                                             snap->reason ? snap->reason : "unknown"));
+    }
+    sf_admin_snapshot_free(snap);
+    return ret;
+}
+
+/* The status page's icon (binary, hence not sf_admin_reply). */
+static enum MHD_Result sf_admin_icon(struct MHD_Connection *conn)
+{
+    gsize n;
+    void *icon = sf_status_icon(&n);
+    if (icon == NULL)
+        return sf_admin_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
+                              g_strdup("the icon is missing from this build\n"));
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, icon, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        g_free(icon);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "image/x-icon");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "max-age=86400");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* Routes a request: GET or HEAD of the known paths, 404 otherwise. */
@@ -475,31 +453,24 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
         return sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("pong\n"));
     if (strcmp(url, "/server_info.json") == 0)
         return sf_admin_reply(conn, MHD_HTTP_OK, "application/json", sf_admin_render_info(a));
-    gboolean text = strcmp(url, "/stats.txt") == 0 || strcmp(url, "/stats") == 0;
-    if (text || strcmp(url, "/stats.json") == 0 || strcmp(url, "/metrics") == 0 ||
-        strcmp(url, "/health") == 0) {
-        sf_admin_snapshot *snap = sf_admin_collect(a);
-        enum MHD_Result ret;
-        if (text)
-            ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", sf_admin_render_text(snap));
-        else if (strcmp(url, "/stats.json") == 0)
-            ret = sf_admin_reply(conn, MHD_HTTP_OK, "application/json",
-                                 sf_admin_render_json(snap));
-        else if (strcmp(url, "/metrics") == 0)
-            ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4",
-                                 sf_admin_render_prometheus(snap));
-        else if (snap->serving)
-            ret = sf_admin_reply(conn, MHD_HTTP_OK, "text/plain", g_strdup("serving\n"));
-        else
-            ret = sf_admin_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
-                                 g_strdup_printf("not serving: %s\n",
-                                                 snap->reason ? snap->reason : "unknown"));
-        sf_admin_snapshot_free(snap);
-        return ret;
+    if (strcmp(url, "/favicon.ico") == 0)
+        return sf_admin_icon(conn);
+    if (strcmp(url, "/history.json") == 0) {
+        g_mutex_lock(&a->info_lock);
+        sf_history *h = a->history;
+        g_mutex_unlock(&a->info_lock);
+        if (h != NULL)
+            return sf_admin_reply(conn, MHD_HTTP_OK, "application/json",
+                                  sf_history_render_json(h));
     }
+    static const char *const figures[] = {"/stats.txt", "/stats", "/stats.json", "/metrics",
+                                          "/health", "/state.json"};
+    for (size_t i = 0; i < G_N_ELEMENTS(figures); i++)
+        if (strcmp(url, figures[i]) == 0)
+            return sf_admin_figures(a, conn, url);
     return sf_admin_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
                           g_strdup("not found; try /, /stats.json, /stats.txt, /metrics, /health, "
-                                   "/ping or /server_info.json\n"));
+                                   "/state.json, /history.json, /ping or /server_info.json\n"));
 }
 
 /* Writes libmicrohttpd's error lines to our log at most once a second, with the count
@@ -562,13 +533,25 @@ int sf_admin_port(const sf_admin *a)
     return a->port;
 }
 
-void sf_admin_set_server_info(sf_admin *a, const char *version, const char *build)
+void sf_admin_set_server_info(sf_admin *a, const char *version, const char *build,
+                              const char *commit, const char *node)
 {
     g_mutex_lock(&a->info_lock);
     g_free(a->version);
     g_free(a->build);
+    g_free(a->commit);
+    g_free(a->node);
     a->version = g_strdup(version);
     a->build = g_strdup(build);
+    a->commit = g_strdup(commit);
+    a->node = g_strdup(node);
+    g_mutex_unlock(&a->info_lock);
+}
+
+void sf_admin_set_history(sf_admin *a, sf_history *h)
+{
+    g_mutex_lock(&a->info_lock);
+    a->history = h;
     g_mutex_unlock(&a->info_lock);
 }
 
@@ -579,6 +562,8 @@ void sf_admin_stop(sf_admin *a)
     MHD_stop_daemon(a->daemon);
     g_free(a->version);
     g_free(a->build);
+    g_free(a->commit);
+    g_free(a->node);
     g_mutex_clear(&a->info_lock);
     g_free(a);
 }

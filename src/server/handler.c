@@ -35,6 +35,7 @@ struct _SfHandler {
     sf_agents *agents;      /* ids per agent, bounded by max_tracked_useragents */
     sf_fence *fence;        /* the worker and the gate published (standalone, tests) */
     _Atomic(sfz *) zk;      /* registered: ids come from here instead (set once) */
+    _Atomic int64_t since_ms; /* standalone: Unix ms of the last publish or close */
     sf_handler_stripe *stripes;
     sf_handler_audit_fn audit; /* told of every id handed out; set before serving */
     void *audit_ctx;
@@ -273,6 +274,7 @@ void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
                         const char *reason)
 {
     sf_fence_publish(h->fence, w, serving, lease_until_boot_ms, reserved_until_ms, reason);
+    atomic_store_explicit(&h->since_ms, sf_clock_now_ms(), memory_order_relaxed);
 }
 
 void sf_handler_close(SfHandler *h, const char *reason)
@@ -282,6 +284,7 @@ void sf_handler_close(SfHandler *h, const char *reason)
         sfz_shut(zk, reason); /* for good: the registration must not reopen it */
     else
         sf_fence_close(h->fence, reason);
+    atomic_store_explicit(&h->since_ms, sf_clock_now_ms(), memory_order_relaxed);
 }
 
 void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
@@ -316,6 +319,21 @@ gboolean sf_handler_is_serving(SfHandler *h, char **reason)
     if (reason != NULL)
         *reason = refused ? g_strdup(why) : NULL;
     return !refused;
+}
+
+gboolean sf_handler_get_health(SfHandler *h, sfz_health *out)
+{
+    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
+    if (zk != NULL) {
+        sfz_get_health(zk, out);
+        return TRUE;
+    }
+    memset(out, 0, sizeof *out);
+    out->since_ms = atomic_load_explicit(&h->since_ms, memory_order_relaxed);
+    if (!sf_handler_is_serving(h, NULL)) /* closed before the first publish, or to stop */
+        out->reason = sf_fence_worker(h->fence) != NULL ? SFZ_REASON_STOPPING
+                                                        : SFZ_REASON_STARTING;
+    return FALSE;
 }
 
 void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)

@@ -102,6 +102,11 @@ void sf_handler_use_registration(SfHandler *h, sfz *zk);
  * *reason receives a newly allocated explanation (free with g_free). */
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);
 
+/* Why ids are refused now (a fixed set), since when, and the ZooKeeper session's figures:
+ * the registration's, or, standalone (FALSE returned), "starting" before the first publish,
+ * "stopping" once closed, and no session figures. */
+gboolean sf_handler_get_health(SfHandler *h, sfz_health *out);
+
 /* Told of the ids of every call that hands them out, once they passed the check after
  * generation, on the request's thread: it must not block. */
 typedef void (*sf_handler_audit_fn)(void *ctx, const int64_t *ids, size_t n, const char *agent);

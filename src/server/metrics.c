@@ -3,6 +3,8 @@
  * texts are the ones operators' dashboards and rules use: change them only with those. */
 #include "metrics.h"
 
+#include "procstats.h"
+
 /* Remembers each agent's count in the admin snapshot. */
 static void sf_metrics_add_agent(const char *agent, uint64_t count, void *ctx)
 {
@@ -22,7 +24,7 @@ static void sf_metrics_add_skew(sf_admin_snapshot *snap, const sfz_skew *skew)
     static const int64_t bounds[SFZ_SKEW_BUCKETS] = SFZ_SKEW_BOUNDS_MS;
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_skew_ms", NULL, skew->skew_ms,
                           "Our clock minus the peers' (median of the last round, ours "
-                          "included), ms");
+                          "included), in seconds");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_known", NULL, skew->known,
                           "1 once a peer answered the live clock check");
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_peers", NULL, skew->peers,
@@ -35,8 +37,87 @@ static void sf_metrics_add_skew(sf_admin_snapshot *snap, const sfz_skew *skew)
                           (int64_t)skew->failures, "Peers that did not answer the live clock "
                           "check");
     sf_admin_snapshot_add_histogram(snap, "peer_clock_offset_ms", "Our clock minus a peer's, "
-                                    "corrected by half the round trip, ms", bounds,
+                                    "corrected by half the round trip, in seconds", bounds,
                                     skew->buckets, SFZ_SKEW_BUCKETS, skew->sum_ms);
+}
+
+/* The process's own figures, as every Prometheus client names them. */
+static void sf_metrics_add_process(sf_admin_snapshot *snap)
+{
+    sf_procstats ps;
+    sf_procstats_read(&ps);
+    sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_start_time_seconds", NULL,
+                                 ps.start_time_s, "Start time of the process since the Unix "
+                                 "epoch in seconds");
+    sf_admin_snapshot_add_metric(snap, SF_ADMIN_COUNTER, "process_cpu_seconds_total", NULL,
+                                 ps.cpu_seconds, "Total user and system CPU time spent in "
+                                 "seconds");
+    if (ps.open_fds >= 0)
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_open_fds", NULL,
+                                     (double)ps.open_fds, "Number of open file descriptors");
+    if (ps.max_fds >= 0)
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_max_fds", NULL,
+                                     (double)ps.max_fds, "Maximum number of open file "
+                                     "descriptors");
+    if (ps.resident_bytes >= 0) {
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_resident_memory_bytes",
+                                     NULL, (double)ps.resident_bytes,
+                                     "Resident memory size in bytes");
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_virtual_memory_bytes",
+                                     NULL, (double)ps.virtual_bytes,
+                                     "Virtual memory size in bytes");
+    }
+}
+
+/* Why not serving, as a state set of every reason (1 for the one in force, none while
+ * serving), since when, and the ZooKeeper session's figures when registered; and what
+ * /state.json says. */
+static void sf_metrics_add_health(sf_admin_snapshot *snap, SfHandler *handler,
+                                  const sf_handler_stats *hs, const sfz_skew *skew)
+{
+    sfz_health health;
+    gboolean registered = sf_handler_get_health(handler, &health);
+    for (int r = SFZ_REASON_NONE + 1; r < SFZ_REASONS; r++) {
+        const char *labels[] = {"reason", sfz_reason_name(r), NULL};
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "snowflake_not_serving_reason",
+                                     labels, health.reason == r,
+                                     "1 for the reason ids are refused now (all 0 while "
+                                     "serving)");
+    }
+    if (health.since_ms > 0)
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE,
+                                     "snowflake_state_since_timestamp_seconds", NULL,
+                                     (double)health.since_ms / 1000.0,
+                                     "Unix time the node last began or stopped serving");
+    if (registered) {
+        for (int st = 0; st < SFZ_SESSIONS; st++) {
+            const char *labels[] = {"state", sfz_session_name(st), NULL};
+            sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE,
+                                         "snowflake_zookeeper_session_state", labels,
+                                         health.session == st, "1 for the ZooKeeper "
+                                         "session's state now");
+        }
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_COUNTER,
+                                     "snowflake_zookeeper_reconnects_total", NULL,
+                                     (double)health.reconnects, "Connections to ZooKeeper "
+                                     "that came up again after the first");
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_COUNTER,
+                                     "snowflake_zookeeper_sessions_expired_total", NULL,
+                                     (double)health.sessions_expired, "ZooKeeper sessions "
+                                     "expired (or whose credential was refused)");
+    }
+    sf_admin_state st = {
+        .reason_code = sfz_reason_name(health.reason),
+        .since_ms = health.since_ms,
+        .session = registered ? sfz_session_name(health.session) : NULL,
+        .worker_id_path = hs->worker_ids_taken >= 0 ? hs->worker_id_path : NULL,
+        .worker_ids_taken = hs->worker_ids_taken,
+        .worker_ids_total = SF_MAX_WORKER_ID + 1,
+        .worker_ids_current = registered && health.session == SFZ_SESSION_CONNECTED,
+        .skew_known = skew != NULL && skew->known,
+        .skew_ms = skew != NULL ? skew->skew_ms : 0,
+    };
+    sf_admin_snapshot_set_state(snap, &st);
 }
 
 void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
@@ -104,6 +185,8 @@ void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *
     }
     if (skew != NULL)
         sf_metrics_add_skew(snap, skew);
+    sf_metrics_add_health(snap, handler, &hs, skew);
+    sf_metrics_add_process(snap);
     char *reason = NULL;
     gboolean serving = sf_handler_is_serving(handler, &reason);
     sf_admin_snapshot_set_health(snap, serving, reason);

@@ -17,9 +17,12 @@
 #include "config.h"
 #include "direct_codec.h"
 #include "handler.h"
+#include "history.h"
 #include "metrics.h"
 #include "notify.h"
+#include "procstats.h"
 #include "rpc/peer.h"
+#include "commit.h" /* generated into gen/ of the build tree */
 #include "server.h"
 #include "zk/snowflake_zk.h"
 #include "rpc/thrift_fix.h"
@@ -37,6 +40,7 @@ typedef struct sf_daemon {
     SfHandler *handler;
     sf_server *server;
     sf_admin *admin;
+    sf_history *history;     /* ids/s and serving over the last minutes, for the admin pages */
     sf_audit *audit;         /* NULL when [audit] sink = none */
     sfz *zk;                 /* the registration in ZooKeeper; NULL when standalone */
     int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
@@ -94,6 +98,16 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
         sfz_get_skew(d->zk, &skew);
     g_mutex_unlock(&d->stop_lock);
     sf_metrics_collect(snap, d->handler, d->server, d->audit, registered ? &skew : NULL);
+}
+
+/* One sample of the history: ids handed out so far, and whether ids are served. */
+static void sf_daemon_sample(void *ctx, uint64_t *ids, gboolean *serving)
+{
+    sf_daemon *d = ctx;
+    sf_handler_stats hs;
+    sf_handler_get_stats(d->handler, &hs);
+    *ids = hs.ids_generated;
+    *serving = hs.serving;
 }
 
 /* Routes SIGTERM and SIGINT to a signalfd read by the main loop, so no code
@@ -168,6 +182,15 @@ static gboolean sf_daemon_port_follows_gate(const sf_daemon *d)
     return d->cfg.registry.hosts[0] != '\0' && !d->cfg.listen_while_not_serving;
 }
 
+/* The node data peers and tools use to reach us: the bound address, or the host name
+ * when bound to every interface. */
+static char *sf_daemon_host_port(sf_daemon *d)
+{
+    const char *addr = d->cfg.server.bind_address;
+    gboolean any = strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0 || addr[0] == '\0';
+    return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
+}
+
 /* Binds the Thrift port and starts answering (or, when the port follows the gate, only
  * binds it until the node serves), then starts the admin endpoint. */
 static gboolean sf_daemon_listen(sf_daemon *d)
@@ -207,7 +230,11 @@ static gboolean sf_daemon_listen(sf_daemon *d)
             g_error_free(err);
             return FALSE;
         }
-        sf_admin_set_server_info(d->admin, PACKAGE_VERSION, SF_BUILD);
+        char *node = sf_daemon_host_port(d);
+        sf_admin_set_server_info(d->admin, PACKAGE_VERSION, SF_BUILD, SF_COMMIT, node);
+        g_free(node);
+        d->history = sf_history_start(sf_daemon_sample, d);
+        sf_admin_set_history(d->admin, d->history);
         g_message("admin endpoint on http://%s:%d/ (status page; /stats.json, /stats.txt, "
                   "/metrics, /health, /ping, /server_info.json)", d->cfg.admin_bind_address,
                   sf_admin_port(d->admin));
@@ -289,15 +316,6 @@ static void sf_daemon_on_state(void *ctx, const sfz_state *st)
         sf_notify_ready();
     }
     g_mutex_unlock(&d->stop_lock);
-}
-
-/* The node data peers and tools use to reach us: the bound address, or the host name
- * when bound to every interface. */
-static char *sf_daemon_host_port(sf_daemon *d)
-{
-    const char *addr = d->cfg.server.bind_address;
-    gboolean any = strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0 || addr[0] == '\0';
-    return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
 }
 
 /* Registers through libsnowflake-zk, as any program embedding it would: connects to
@@ -468,6 +486,8 @@ static void sf_daemon_shutdown(sf_daemon *d)
     /* Before the registration and the audit log go: its requests read both. */
     sf_admin_stop(d->admin);
     d->admin = NULL;
+    sf_history_stop(d->history); /* after the endpoint that serves it, before the handler */
+    d->history = NULL;
     g_mutex_lock(&d->stop_lock);
     sfz *zk = d->zk;
     d->zk = NULL;
@@ -493,6 +513,7 @@ int main(int argc, char **argv)
     sf_daemon d = {.signal_fd = -1};
     GError *err = NULL;
     gboolean help = FALSE;
+    sf_procstats_mark_start();
     sf_config_init(&d.cfg);
     if (!sf_config_load(&d.cfg, &argc, &argv, &help, &err)) {
         fprintf(stderr, "snowflaked: %s\n", err->message);

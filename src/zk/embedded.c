@@ -20,6 +20,7 @@
 #include "common/clocks.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
+#include "embedded_health.h"
 #include "embedded_options.h"
 #include "embedded_skew.h"
 #include "fence.h"
@@ -44,6 +45,7 @@ struct sfz {
     bool cancelled;
     bool shut;                   /* sfz_shut: the fence never opens again */
     sfz_state state;
+    int64_t since_ms;            /* Unix ms: when state.serving last changed (or the start) */
     int event_fd;                /* readable after a transition, until sfz_read_state_fd */
     pthread_mutex_t transition;  /* one transition at a time: the registry's or the skew's */
     sfz_skew_watch *skew;        /* the live clock check; NULL without query_peer */
@@ -95,6 +97,8 @@ static void sfz_set_state(sfz *h, bool serving, const char *reason)
         pthread_mutex_unlock(&h->lock);
         return;
     }
+    if (h->state.serving != serving)
+        h->since_ms = sf_clock_now_ms();
     h->state.serving = serving;
     snprintf(h->state.reason, sizeof h->state.reason, "%s", serving ? "" : reason);
     copy = h->state;
@@ -226,6 +230,7 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     pthread_mutex_init(&h->transition, NULL);
     bool woken = sf_clocks_cond_init(&h->wake) == 0; /* retry waits ignore clock steps */
     snprintf(h->state.reason, sizeof h->state.reason, "starting");
+    h->since_ms = sf_clock_now_ms();
     h->default_holder = opts->holder == NULL;
     bool ok = woken && sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
               sfz_copy(opts->worker_id_path, &h->worker_id_path) &&
@@ -505,6 +510,15 @@ void sfz_get_state(sfz *h, sfz_state *out)
         out->serving = false;
 }
 
+void sfz_get_health(sfz *h, sfz_health *out)
+{
+    sfz_state st;
+    sfz_get_state(h, &st);
+    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
+    sfz_health_fill(out, st.serving, h->shut, h->registry, h->fence, h->since_ms);
+    pthread_mutex_unlock(&h->lock);
+}
+
 void sfz_read_state_fd(sfz *h)
 {
     uint64_t n;
@@ -553,6 +567,8 @@ void sfz_shut(sfz *h, const char *reason)
     pthread_mutex_lock(&h->lock);
     h->shut = true;
     sf_fence_close(h->fence, reason);
+    if (h->state.serving)
+        h->since_ms = sf_clock_now_ms();
     h->state.serving = false;
     snprintf(h->state.reason, sizeof h->state.reason, "%s", reason);
     pthread_mutex_unlock(&h->lock);

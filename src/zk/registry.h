@@ -156,6 +156,36 @@ int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], in
 /* The session timeout ZooKeeper granted, in ms. */
 int sf_registry_session_timeout_ms(sf_registry *r);
 
+/* Why the registry does not serve now (NONE while it does), for an operator's figures. */
+typedef enum sf_registry_cause {
+    SF_REGISTRY_CAUSE_STARTING = 0, /* no lease yet: connecting, claiming, the first renewal */
+    SF_REGISTRY_CAUSE_NONE,         /* serving */
+    SF_REGISTRY_CAUSE_UNREACHABLE,  /* fenced, and no connection to ZooKeeper now */
+    SF_REGISTRY_CAUSE_EXPIRED,      /* fenced by the session's expiry; claiming on a new one */
+    SF_REGISTRY_CAUSE_LEASE,        /* fenced: connected, but no renewal confirmed in time */
+    SF_REGISTRY_CAUSE_NODE_LOST,    /* fenced: our worker node is gone or another session's */
+    SF_REGISTRY_CAUSE_CLAIM,        /* claiming again failed; retrying */
+    SF_REGISTRY_CAUSE_FLOOR,        /* waiting for our clock to pass the id's recorded floor */
+    SF_REGISTRY_CAUSE_STOPPING      /* cancelled or closing */
+} sf_registry_cause;
+
+typedef enum sf_registry_session {
+    SF_REGISTRY_SESSION_CONNECTING,   /* a new session asked for, not established yet */
+    SF_REGISTRY_SESSION_CONNECTED,
+    SF_REGISTRY_SESSION_DISCONNECTED, /* the connection dropped; the session may live on */
+    SF_REGISTRY_SESSION_EXPIRED       /* the session is gone; a new one is to be asked for */
+} sf_registry_session;
+
+typedef struct sf_registry_health {
+    sf_registry_cause cause;
+    sf_registry_session session;
+    uint64_t reconnects;  /* connections that came up again after the first, any session */
+    uint64_t expirations; /* sessions ZooKeeper expired (or whose credential it refused) */
+} sf_registry_health;
+
+/* The cause and the session now, and the counts since the registry was made. Thread-safe. */
+void sf_registry_get_health(sf_registry *r, sf_registry_health *out);
+
 /* Makes a blocked sf_registry_claim return -1 with "stopped" (within 200 ms, unless a single
  * ZooKeeper round trip is in flight: that ends within the client's timeout), deleting a worker
  * node it had created; the registry does nothing more but sf_registry_close. Thread-safe:

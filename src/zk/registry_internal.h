@@ -139,6 +139,10 @@ struct sf_registry {
     bool lease_failing;      /* warn once per run of failed renewals */
     const char *serve_reason; /* why serving begins at the next first lease */
     char reason[SF_REG_REASON_MAX]; /* why not serving, as last reported */
+    sf_registry_cause cause; /* what fenced us last (STARTING until the first lease) */
+    bool floor_wait;         /* waiting for the clock to pass the floor of the id held */
+    bool ever_connected;     /* a connection came up once: any later one is a reconnect */
+    uint64_t reconnects, expirations; /* for sf_registry_get_health */
     sf_reg_renewal renewal;
 
     sf_reg_report reports[SF_REG_REPORTS];
@@ -159,6 +163,7 @@ void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
 void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
 void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
 void sf_reg_deliver(sf_registry *r);
+void sf_reg_set_floor_wait(sf_registry *r, bool waiting);
 
 /* registry_session.c: the session, its watcher, paths and ACLs. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);

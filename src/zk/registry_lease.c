@@ -230,14 +230,17 @@ int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_
                           "behind its"
                         : "the reservation of a holder that did not stop cleanly: our clock is "
                           "behind its, or it stopped less than a lease ago");
+    sf_reg_set_floor_wait(r, true);
     while ((now = sf_clock_now_ms()) <= floor) {
         if (!sf_reg_sleep(r, floor - now + 1)) {
+            sf_reg_set_floor_wait(r, false);
             sf_registry_set_err(err, errlen,
                                 "stopped while waiting for the clock to pass the floor "
                                 "recorded for worker id %" PRId64, id);
             return -1;
         }
     }
+    sf_reg_set_floor_wait(r, false);
     return 0;
 }
 

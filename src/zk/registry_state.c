@@ -112,10 +112,12 @@ static void sf_reg_move(sf_registry *r, sf_reg_state next, const char *reason)
     r->state = next;
 }
 
-/* Fences: stops serving at once (reported) and schedules the next try after the backoff. */
-static void sf_reg_fence(sf_registry *r, const char *reason)
+/* Fences: stops serving at once (reported) and schedules the next try after the backoff;
+ * cause is reason's kind, for sf_registry_get_health. */
+static void sf_reg_fence(sf_registry *r, sf_registry_cause cause, const char *reason)
 {
     bool was_serving = r->state == SF_REG_SERVING;
+    r->cause = cause;
     sf_reg_move(r, SF_REG_FENCED, reason);
     r->lease_until = 0;
     sf_reg_queue_fenced(r, reason, was_serving);
@@ -138,6 +140,8 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         sf_reg_move(r, SF_REG_STOPPING, NULL);
         break;
     case SF_REG_EV_CONNECTED:
+        r->reconnects += r->ever_connected;
+        r->ever_connected = true;
         r->conn++;
         r->pending_count = 0;
         r->connected = true;
@@ -151,6 +155,15 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         if (r->connected || r->disconnected_since == 0)
             r->disconnected_since = now;
         r->connected = false;
+        /* Fenced (a renewal or a claim again got no answer), and now cut off from ZooKeeper
+         * (a paused or partitioned server): say the latter, which is what to look at. */
+        if (r->state != SF_REG_SERVING && r->cause != SF_REGISTRY_CAUSE_STARTING &&
+            r->cause != SF_REGISTRY_CAUSE_NONE && r->cause != SF_REGISTRY_CAUSE_UNREACHABLE) {
+            r->cause = SF_REGISTRY_CAUSE_UNREACHABLE;
+            sf_reg_queue_fenced(r, "disconnected from ZooKeeper while fenced; the session may "
+                                   "have expired and another node may hold our worker id",
+                                false);
+        }
         break;
     case SF_REG_EV_EXPIRED:
         r->conn++;
@@ -159,8 +172,10 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
             r->disconnected_since = now;
         r->connected = false;
         r->expired = true;
+        r->expirations++;
         if (r->state == SF_REG_SERVING)
-            sf_reg_fence(r, "the ZooKeeper session expired; another node may hold our worker id");
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_EXPIRED,
+                         "the ZooKeeper session expired; another node may hold our worker id");
         break;
     case SF_REG_EV_CLAIMED:
         if (r->state == SF_REG_CLAIMING)
@@ -183,6 +198,7 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         sf_reg_queue(r, &rep);
         if (!was_serving) {
             sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
+            r->cause = SF_REGISTRY_CAUSE_NONE;
             r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
             r->reason[0] = '\0';
             sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
@@ -201,28 +217,41 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
                            "ids stop when the lease runs out", r->held_id, reason);
             r->lease_failing = true;
         } else if (r->state == SF_REG_WAITING_FLOOR) {
-            sf_reg_fence(r, reason);
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_LEASE, reason);
         }
         break;
     case SF_REG_EV_NODE_LOST:
         if (r->state == SF_REG_SERVING || r->state == SF_REG_WAITING_FLOOR)
-            sf_reg_fence(r, "our worker node in ZooKeeper is gone or held by another session; "
-                            "another node may hold our worker id");
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_NODE_LOST,
+                         "our worker node in ZooKeeper is gone or held by another session; "
+                         "another node may hold our worker id");
         r->held_id = r->state == SF_REG_FENCED ? -1 : r->held_id;
         break;
     case SF_REG_EV_FAILED:
         /* Already fenced: the event that fenced us has the more precise reason. */
-        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED)
-            sf_reg_fence(r, reason);
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED && r->connected) {
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_CLAIM, reason);
+        } else if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED) {
+            char why[SF_REG_REASON_MAX + 64]; /* the step failed for want of ZooKeeper */
+            snprintf(why, sizeof why, "disconnected from ZooKeeper while claiming again (%s)",
+                     reason);
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_UNREACHABLE, why);
+        }
         break;
     case SF_REG_EV_TIMER:
         if (r->state == SF_REG_SERVING) {
-            if (!r->connected && now - r->disconnected_since >= sf_registry_grace_ms(r->negotiated_ms))
-                sf_reg_fence(r, "disconnected from ZooKeeper too long; the session may have "
-                                "expired and another node may hold our worker id");
-            else if (r->lease_until > 0 && now >= r->lease_until)
-                sf_reg_fence(r, "the lease ran out: ZooKeeper's leader confirmed no renewal in "
-                                "time; another node may hold our worker id");
+            /* A lease that ran out while disconnected is ZooKeeper out of reach, and said so:
+             * the operator's first look is the path to the ensemble, not a conflict. */
+            bool lease_out = r->lease_until > 0 && now >= r->lease_until;
+            if (!r->connected &&
+                (lease_out || now - r->disconnected_since >= sf_registry_grace_ms(r->negotiated_ms)))
+                sf_reg_fence(r, SF_REGISTRY_CAUSE_UNREACHABLE,
+                             "disconnected from ZooKeeper too long; the session may have "
+                             "expired and another node may hold our worker id");
+            else if (lease_out)
+                sf_reg_fence(r, SF_REGISTRY_CAUSE_LEASE,
+                             "the lease ran out: ZooKeeper's leader confirmed no renewal in "
+                             "time; another node may hold our worker id");
         } else if (r->state == SF_REG_FENCED && now >= r->retry_at) {
             if (r->expired || !r->zh)
                 sf_reg_move(r, SF_REG_CONNECTING, "opening a new ZooKeeper session");
@@ -256,4 +285,32 @@ void sf_reg_deliver(sf_registry *r)
                           rep.reserved, rep.reason);
         }
     }
+}
+
+/* Marks the wait for the floor, which sf_registry_get_health names (lock not held). */
+void sf_reg_set_floor_wait(sf_registry *r, bool waiting)
+{
+    pthread_mutex_lock(&r->mu);
+    r->floor_wait = waiting;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sf_registry_get_health(sf_registry *r, sf_registry_health *out)
+{
+    pthread_mutex_lock(&r->mu);
+    out->session = r->connected                      ? SF_REGISTRY_SESSION_CONNECTED
+                   : r->expired                      ? SF_REGISTRY_SESSION_EXPIRED
+                   : !r->zh || r->fresh_session      ? SF_REGISTRY_SESSION_CONNECTING
+                                                     : SF_REGISTRY_SESSION_DISCONNECTED;
+    /* The state now, then what fenced us: out of reach of ZooKeeper outweighs why the lease
+     * was lost, since nothing comes back before it answers again. */
+    out->cause = r->state == SF_REG_STOPPING  ? SF_REGISTRY_CAUSE_STOPPING
+                 : r->state == SF_REG_SERVING ? SF_REGISTRY_CAUSE_NONE
+                 : r->floor_wait              ? SF_REGISTRY_CAUSE_FLOOR
+                 : !r->connected && r->cause != SF_REGISTRY_CAUSE_STARTING
+                     ? SF_REGISTRY_CAUSE_UNREACHABLE
+                     : r->cause;
+    out->reconnects = r->reconnects;
+    out->expirations = r->expirations;
+    pthread_mutex_unlock(&r->mu);
 }

@@ -61,6 +61,40 @@ typedef struct sfz_state {
     char reason[SFZ_ERROR_MAX]; /* while not serving: why, e.g. "disconnected from ZooKeeper" */
 } sfz_state;
 
+/* Why a handle does not serve, as a small fixed set for an operator's figures and alerts
+ * (sfz_state's reason says it in words, for a person). */
+typedef enum sfz_reason {
+    SFZ_REASON_NONE = 0,              /* serving */
+    SFZ_REASON_STARTING,              /* no lease yet: claiming, startup_sleep_ms, first renewal */
+    SFZ_REASON_ZOOKEEPER_UNREACHABLE, /* fenced, and no connection to ZooKeeper now */
+    SFZ_REASON_SESSION_EXPIRED,       /* fenced by the session's expiry; claiming on a new one */
+    SFZ_REASON_LEASE_UNCONFIRMED,     /* connected, but no renewal was confirmed in time (or the
+                                         clock ran past the timestamps the lease reserved) */
+    SFZ_REASON_WORKER_NODE_LOST,      /* our worker node is gone or another session's */
+    SFZ_REASON_CLAIM_FAILED,          /* claiming again failed (ids taken, peer checks): retrying */
+    SFZ_REASON_WAITING_FOR_FLOOR,     /* our clock is behind the floor recorded for the id */
+    SFZ_REASON_CLOCK_SKEW,            /* the live clock check: too far from the peers' clocks */
+    SFZ_REASON_STOPPING,              /* sfz_shut, or the handle is stopping */
+    SFZ_REASONS                       /* how many there are */
+} sfz_reason;
+
+/* The ZooKeeper session as the handle sees it. */
+typedef enum sfz_session {
+    SFZ_SESSION_CONNECTING = 0, /* a new session asked for, not established yet */
+    SFZ_SESSION_CONNECTED,
+    SFZ_SESSION_DISCONNECTED,   /* the connection dropped; the session may live on */
+    SFZ_SESSION_EXPIRED,        /* the session is gone; a new one is being asked for */
+    SFZ_SESSIONS
+} sfz_session;
+
+typedef struct sfz_health {
+    int reason;                /* an sfz_reason; SFZ_REASON_NONE while serving */
+    int64_t since_ms;          /* Unix ms: when the handle last began or stopped serving */
+    int session;               /* an sfz_session */
+    uint64_t reconnects;       /* connections to ZooKeeper that came up again after the first */
+    uint64_t sessions_expired; /* sessions ZooKeeper expired (or whose credential it refused) */
+} sfz_health;
+
 /* Asks the holder at host_port (a program serving the Snowflake Thrift service there, e.g.
  * snowflaked) for its worker id, datacenter id and clock (Unix ms). Returns 0; 1 when
  * nothing listens there (it is starting, fenced or gone); -1 when it does not answer; err
@@ -172,6 +206,15 @@ int64_t sfz_datacenter_id(sfz *h);
  * every change ZooKeeper reports, so ids pay nothing for it. -1 before the first count.
  * path (pathlen bytes), when not NULL, receives that path ("" while none). */
 int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen);
+
+/* The state as figures: why not serving (a fixed set), since when, the session, and its
+ * reconnects and expiries since sfz_prepare. For alerts and dashboards. */
+void sfz_get_health(sfz *h, sfz_health *out);
+
+/* The names of a reason and a session state in lower case with underscores
+ * ("zookeeper_unreachable", "connected"), as labels; "unknown" for any other value. */
+const char *sfz_reason_name(int reason);
+const char *sfz_session_name(int session);
 
 /* The live clock check: with query_peer given, the handle asks up to SFZ_SKEW_SAMPLE peers
  * that serve Thrift for their clock every SFZ_SKEW_INTERVAL_MS, on a thread of its own, each

@@ -31,16 +31,19 @@ def node(worker_id, env=None):
 
 
 def metric(srv, name):
-    """The value of snowflake_<name> on srv's /metrics, or None when it is not there."""
+    """The value of snowflake_<name> on srv's /metrics, or None when it is not there; a
+    figure in seconds (name ending in _seconds) in whole ms."""
     status, body = srv.http("/metrics")
     assert status == 200, status
-    m = re.search(r"^snowflake_%s (-?\d+)$" % re.escape(name), body, re.M)
-    return int(m.group(1)) if m else None
+    m = re.search(r"^snowflake_%s (-?[\d.]+)$" % re.escape(name), body, re.M)
+    if not m:
+        return None
+    return round(float(m.group(1)) * 1000) if name.endswith("_seconds") else int(m.group(1))
 
 
 def skew_near(srv, want_ms, slack_ms=400):
     """True when srv's skew gauge is within slack of want, from a round with answers."""
-    skew = metric(srv, "peer_clock_skew_ms")
+    skew = metric(srv, "peer_clock_skew_seconds")
     return metric(srv, "peer_clock_known") == 1 and skew is not None and \
         abs(skew - want_ms) <= slack_ms
 
@@ -70,13 +73,14 @@ def test_gauge_follows_drift(nodes, clock):
     assert ids_served(c), "a node within max_peer_skew_ms must serve"
     assert skew_near(a, 0) and skew_near(b, 0), \
         "one node's drift must not move the others' estimate: %r %r" % (
-            metric(a, "peer_clock_skew_ms"), metric(b, "peer_clock_skew_ms"))
+            metric(a, "peer_clock_skew_seconds"), metric(b, "peer_clock_skew_seconds"))
     wait_until(lambda: offset_seen(a), sftest.PATIENCE,
                "an offset near -1000 ms (ours minus the moved node's) in /stats.txt")
     assert "peer_clock_skew_ms:" in a.http("/stats.txt")[1]
     status, body = a.http("/metrics")
-    assert "# TYPE snowflake_peer_clock_offset_ms histogram" in body, body
-    assert re.search(r'^snowflake_peer_clock_offset_ms_bucket\{le="\+Inf"\} [1-9]', body, re.M), body
+    assert "# TYPE snowflake_peer_clock_offset_seconds histogram" in body, body
+    assert re.search(r'^snowflake_peer_clock_offset_seconds_bucket\{le="\+Inf"\} [1-9]', body,
+                     re.M), body
 
 
 def test_fence_trips_and_recovers(nodes, clock):
@@ -89,7 +93,7 @@ def test_fence_trips_and_recovers(nodes, clock):
     assert status == 503, (status, body)
     assert "max_peer_skew_ms = %d" % MAX_SKEW_MS in body and "ahead of the peers'" in body, body
     assert metric(c, "peer_clock_fenced") == 1
-    assert skew_near(c, 4000, 600), metric(c, "peer_clock_skew_ms")
+    assert skew_near(c, 4000, 600), metric(c, "peer_clock_skew_seconds")
     assert not ids_served(c), "a node past max_peer_skew_ms must refuse ids"
     for srv in (a, b):
         assert srv.http("/health")[0] == 200, srv.http("/health")

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server/admin.h"
+#include "server/history.h"
 #include "server/latency.h"
 
 /* What the collect function reports on the next request. */
@@ -25,6 +26,20 @@ static void collect(sf_admin_snapshot *snap, void *ctx)
     sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "worker_id", NULL, 7, "Worker id in use");
     sf_admin_snapshot_add_labelled(snap, SF_ADMIN_GAUGE, "worker_ids_free", "path", "/dc\"1", 29,
                                    "Worker ids free");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "peer_clock_skew_ms", NULL, -1500, "Skew");
+    static const int64_t bounds[] = {-10, 0, 250};
+    static const uint64_t counts[] = {1, 2, 3, 4};
+    sf_admin_snapshot_add_histogram(snap, "offset_ms", "Offsets", bounds, counts, 3, 1234);
+    const char *labels[] = {"reason", "zookeeper_unreachable", "note", "a\"b", NULL};
+    sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "snowflake_not_serving_reason", labels,
+                                 serving ? 0 : 1, "Why");
+    sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "process_start_time_seconds", NULL,
+                                 1795659804.668, "Start");
+    sf_admin_state st = {.reason_code = serving ? "none" : "zookeeper_unreachable",
+                         .since_ms = 1795659804668, .session = "disconnected",
+                         .worker_id_path = "/dc\"1", .worker_ids_taken = 3,
+                         .worker_ids_total = 32, .worker_ids_current = FALSE};
+    sf_admin_snapshot_set_state(snap, &st);
     sf_latency lat;
     sf_latency_init(&lat);
     for (int i = 1; i <= 100; i++)
@@ -65,7 +80,7 @@ static void start(void)
     agent = "rpc-client";
     admin = sf_admin_start("127.0.0.1", 0, collect, NULL, &error);
     ck_assert_msg(admin != NULL, "%s", error ? error->message : "");
-    sf_admin_set_server_info(admin, "9.9.9", "test build");
+    sf_admin_set_server_info(admin, "9.9.9", "test build", "0123abcd", "node-1:7609");
 }
 
 static void stop(void)
@@ -82,7 +97,7 @@ START_TEST(stats_json_in_the_original_shape)
     char *r = http(sf_admin_port(admin), "GET", "/stats.json");
     ASSERT_HAS(r, "200 OK");
     ASSERT_HAS(r, "\"counters\":{\"ids_generated\":42,\"ids_generated_rpc-client\":40}");
-    ASSERT_HAS(r, "\"gauges\":{\"worker_id\":7,\"worker_ids_free\":29}");
+    ASSERT_HAS(r, "\"gauges\":{\"worker_id\":7,\"worker_ids_free\":29,\"peer_clock_skew_ms\":-1500}");
     ASSERT_HAS(r, "\"timings\":{\"get_id\":{");
     ASSERT_HAS(r, "\"metrics\":{\"get_id\":{");
     ASSERT_HAS(r, "\"count\":100");
@@ -106,6 +121,85 @@ START_TEST(metrics_in_prometheus_text)
     ASSERT_HAS(r, "snowflake_request_duration_seconds_count{method=\"get_id\"} 100\n");
     ASSERT_HAS(r, "snowflake_serving 1\n");
     g_free(r);
+}
+END_TEST
+
+START_TEST(metrics_in_base_units_and_alone)
+{
+    char *r = http(sf_admin_port(admin), "GET", "/metrics");
+    /* Figures kept in ms are in seconds, under a name that says so. */
+    ASSERT_HAS(r, "# TYPE snowflake_peer_clock_skew_seconds gauge\n"
+                  "snowflake_peer_clock_skew_seconds -1.500\n");
+    ck_assert_msg(strstr(r, "_ms") == NULL, "a name in ms:\n%s", r);
+    ASSERT_HAS(r, "# TYPE snowflake_offset_seconds histogram\n"
+                  "snowflake_offset_seconds_bucket{le=\"-0.01\"} 1\n"
+                  "snowflake_offset_seconds_bucket{le=\"0\"} 3\n"
+                  "snowflake_offset_seconds_bucket{le=\"0.25\"} 6\n"
+                  "snowflake_offset_seconds_bucket{le=\"+Inf\"} 10\n"
+                  "snowflake_offset_seconds_count 10\nsnowflake_offset_seconds_sum 1.234\n");
+    ASSERT_HAS(r, "# TYPE snowflake_not_serving_reason gauge\n"
+                  "snowflake_not_serving_reason{reason=\"zookeeper_unreachable\",note=\"a\\\"b\"} 0\n");
+    ASSERT_HAS(r, "process_start_time_seconds 1795659804.668\n");
+    ASSERT_HAS(r, "snowflake_build_info{version=\"9.9.9\",commit=\"0123abcd\","
+                  "build=\"test build\"} 1\n");
+    g_free(r);
+    r = http(sf_admin_port(admin), "GET", "/stats.txt");
+    ASSERT_HAS(r, "  peer_clock_skew_ms: -1500\n");
+    ASSERT_HAS(r, "  offset_ms: (le_-10=1, le_0=3, le_250=6, count=10, sum=1234)\n");
+    g_free(r);
+}
+END_TEST
+
+START_TEST(state_json_names_the_node_and_reason)
+{
+    serving = FALSE;
+    char *r = http(sf_admin_port(admin), "GET", "/state.json");
+    ASSERT_HAS(r, "200 OK");
+    ASSERT_HAS(r, "{\"node\":\"node-1:7609\",\"serving\":false,"
+                  "\"reason\":\"fenced: ZooKeeper lost\","
+                  "\"reason_code\":\"zookeeper_unreachable\",\"since_ms\":1795659804668,");
+    ASSERT_HAS(r, ",\"zookeeper_session\":\"disconnected\",\"worker_ids\":{\"path\":\"/dc\\\"1\","
+                  "\"taken\":3,\"free\":29,\"current\":false},\"clock_skew_ms\":null}\n");
+    g_free(r);
+    r = http(sf_admin_port(admin), "GET", "/favicon.ico");
+    ASSERT_HAS(r, "200 OK");
+    ASSERT_HAS(r, "Content-Type: image/x-icon");
+    g_free(r);
+    /* No history given: not found. */
+    r = http(sf_admin_port(admin), "GET", "/history.json");
+    ASSERT_HAS(r, "404 Not Found");
+    g_free(r);
+}
+END_TEST
+
+/* Counts up by 7 on each sample. */
+static void sample(void *ctx, uint64_t *ids, gboolean *serving_now)
+{
+    uint64_t *n = ctx;
+    *ids = (*n += 7);
+    *serving_now = TRUE;
+}
+
+START_TEST(history_json_keeps_the_samples)
+{
+    uint64_t n = 0;
+    sf_history *h = sf_history_start(sample, &n);
+    sf_admin_set_history(admin, h);
+    char *r = NULL;
+    /* The first sample is taken at once, the next a second later: wait for two. */
+    for (int i = 0; i < 600; i++) {
+        g_free(r);
+        r = http(sf_admin_port(admin), "GET", "/history.json");
+        if (strstr(r, ",14,1]") != NULL)
+            break;
+        g_usleep(100000);
+    }
+    ASSERT_HAS(r, "{\"interval_ms\":1000,\"now_ms\":");
+    ASSERT_HAS(r, ",7,1],[");
+    ASSERT_HAS(r, ",14,1]");
+    g_free(r);
+    sf_admin_set_history(admin, NULL);
+    sf_history_stop(h);
 }
 END_TEST
 
@@ -142,7 +236,7 @@ START_TEST(ping_info_and_refusals)
     g_free(r);
     r = http(sf_admin_port(admin), "GET", "/server_info.json");
     ASSERT_HAS(r, "\"version\":\"9.9.9\"");
-    ASSERT_HAS(r, "\"build\":\"test build\"");
+    ASSERT_HAS(r, "\"build\":\"test build\",\"commit\":\"0123abcd\",\"node\":\"node-1:7609\"");
     ASSERT_HAS(r, "\"start_time\":\"");
     g_free(r);
     r = http(sf_admin_port(admin), "GET", "/nope");
@@ -161,7 +255,9 @@ START_TEST(status_page_is_served_whole)
     ASSERT_HAS(r, "200 OK");
     ASSERT_HAS(r, "Content-Type: text/html; charset=utf-8");
     ASSERT_HAS(r, "<title>snowflaked status</title>");
-    ASSERT_HAS(r, "fetch(\"/stats.json\")");
+    ASSERT_HAS(r, "get(\"/state.json\", \"json\")");
+    ASSERT_HAS(r, "get(\"/history.json\", \"json\")");
+    ASSERT_HAS(r, "<link id=\"icon\" rel=\"icon\" href=\"/favicon.ico\">");
     ASSERT_HAS(r, "</html>\n");
     ck_assert_msg(strstr(r, "src=\"http") == NULL && strstr(r, "href=\"http") == NULL,
                   "the page loads something from elsewhere:\n%s", r);
@@ -185,8 +281,12 @@ int main(void)
     Suite *s = suite_create("admin");
     TCase *tc = tcase_create("http");
     tcase_add_checked_fixture(tc, start, stop);
+    tcase_set_timeout(tc, 90); /* the history test waits for samples a second apart */
     tcase_add_test(tc, stats_json_in_the_original_shape);
     tcase_add_test(tc, metrics_in_prometheus_text);
+    tcase_add_test(tc, metrics_in_base_units_and_alone);
+    tcase_add_test(tc, state_json_names_the_node_and_reason);
+    tcase_add_test(tc, history_json_keeps_the_samples);
     tcase_add_test(tc, hostile_agent_is_escaped);
     tcase_add_test(tc, health_follows_serving);
     tcase_add_test(tc, ping_info_and_refusals);

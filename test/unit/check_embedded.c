@@ -397,6 +397,96 @@ START_TEST(keeps_refusing_while_fenced_then_serves_again)
 }
 END_TEST
 
+/* The health figures say why in words a dashboard can group by: serving with a connected
+ * session; ZooKeeper gone, "zookeeper_unreachable" (the words say so too, not a conflict)
+ * since the moment serving stopped; back, serving again after one reconnect. */
+START_TEST(health_names_zookeeper_unreachable)
+{
+    sf_test_zk own;
+    ck_assert_int_eq(sf_test_zk_start(&own), 0);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    sfz_health hh;
+    test_options(&o, own.hosts, "/e-health");
+    int64_t before = sf_clock_now_ms();
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    sfz_get_health(h, &hh);
+    ck_assert_str_eq(sfz_reason_name(hh.reason), "none");
+    ck_assert_str_eq(sfz_session_name(hh.session), "connected");
+    ck_assert_msg(hh.since_ms >= before && hh.since_ms <= sf_clock_now_ms(), "since %" PRId64,
+                  hh.since_ms);
+    ck_assert_int_eq(hh.reconnects, 0);
+    int64_t down = sf_clock_now_ms();
+    ck_assert_int_eq(sf_test_zk_stop(&own), 0);
+    for (int64_t end = sf_test_boot_ms() + 60000;
+         hh.reason != SFZ_REASON_ZOOKEEPER_UNREACHABLE && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(20))
+        sfz_get_health(h, &hh);
+    ck_assert_msg(hh.reason == SFZ_REASON_ZOOKEEPER_UNREACHABLE, "reason %s",
+                  sfz_reason_name(hh.reason));
+    ck_assert_msg(hh.session == SFZ_SESSION_DISCONNECTED || hh.session == SFZ_SESSION_CONNECTING,
+                  "session %s", sfz_session_name(hh.session));
+    ck_assert_msg(hh.since_ms >= down, "not serving since %" PRId64 ", ZooKeeper stopped at %"
+                  PRId64, hh.since_ms, down);
+    sfz_state st;
+    sfz_get_state(h, &st);
+    ck_assert_msg(strstr(st.reason, "disconnected from ZooKeeper") != NULL, "reason: %s",
+                  st.reason);
+    ck_assert_int_eq(sf_test_zk_restart(&own), 0);
+    for (int64_t end = sf_test_boot_ms() + 60000;
+         hh.reason != SFZ_REASON_NONE && sf_test_boot_ms() < end; sf_test_sleep_ms(20))
+        sfz_get_health(h, &hh);
+    ck_assert_msg(hh.reason == SFZ_REASON_NONE, "reason %s", sfz_reason_name(hh.reason));
+    ck_assert_str_eq(sfz_session_name(hh.session), "connected");
+    ck_assert_msg(hh.reconnects + hh.sessions_expired >= 1, "no reconnect counted");
+    sfz_shut(h, "draining");
+    sfz_get_health(h, &hh);
+    ck_assert_str_eq(sfz_reason_name(hh.reason), "stopping");
+    ck_assert_str_eq(sfz_reason_name(SFZ_REASONS), "unknown");
+    sfz_stop(h);
+    sf_test_zk_destroy(&own);
+}
+END_TEST
+
+/* A ZooKeeper server that stops answering (SIGSTOP: paused, or cut off) first costs the lease,
+ * then the connection: the reason ends up naming ZooKeeper out of reach, not the lease alone,
+ * which would point at a conflict. */
+START_TEST(health_names_a_paused_zookeeper)
+{
+    sf_test_zk own;
+    ck_assert_int_eq(sf_test_zk_start(&own), 0);
+    char path[512];
+    long pid = 0;
+    snprintf(path, sizeof path, "%s/pid", own.dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL && fscanf(f, "%ld", &pid) == 1 && pid > 0, "no pid in %s", path);
+    fclose(f);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    sfz_health hh = {0};
+    sfz_state st = {0};
+    test_options(&o, own.hosts, "/e-paused");
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    ck_assert_int_eq(kill((pid_t)pid, SIGSTOP), 0);
+    for (int64_t end = sf_test_boot_ms() + 45000; /* within the test's 60 s */ sf_test_boot_ms() < end; sf_test_sleep_ms(20)) {
+        sfz_get_health(h, &hh);
+        sfz_get_state(h, &st);
+        if (hh.reason == SFZ_REASON_ZOOKEEPER_UNREACHABLE &&
+            strstr(st.reason, "disconnected from ZooKeeper") != NULL)
+            break;
+    }
+    kill((pid_t)pid, SIGCONT);
+    ck_assert_msg(hh.reason == SFZ_REASON_ZOOKEEPER_UNREACHABLE, "reason %s",
+                  sfz_reason_name(hh.reason));
+    ck_assert_msg(strstr(st.reason, "disconnected from ZooKeeper") != NULL, "reason: %s",
+                  st.reason);
+    sfz_stop(h);
+    sf_test_zk_destroy(&own);
+}
+END_TEST
+
 /* sfz_shut refuses every id from then on, also after the lease was renewed since. */
 START_TEST(shut_refuses_for_good)
 {
@@ -509,7 +599,7 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
     ck_assert_int_eq(child_next_id(to, from), SFZ_OK);
     kill(pid, SIGSTOP);
     sf_test_sleep_ms(2000 + 1500);
-    kill(pid, SIGCONT);
+    kill((pid_t)pid, SIGCONT);
     int rc = child_next_id(to, from);
     close(to);
     close(from);
@@ -532,6 +622,8 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, other_datacenter_holder_is_refused);
     tcase_add_test(tc, cancel_during_start);
     tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);
+    tcase_add_test(tc, health_names_zookeeper_unreachable);
+    tcase_add_test(tc, health_names_a_paused_zookeeper);
     tcase_add_test(tc, frozen_past_the_session_refuses_on_waking);
     tcase_add_test(tc, shut_refuses_for_good);
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
