@@ -165,8 +165,12 @@ def failover_on_each_failure_kind():
             assert r["ids"] > 0 and r["errors"] == 0 and r["dups"] == 0, r
             # InvalidSystemClock: tried on another node once, not returned.
             clock.set("-5s")
-            wait_until(lambda: d.ask("id").split()[0] == "ok" and
-                       "failovers=0" not in d.ask("id"), 10, "a failover on InvalidSystemClock")
+
+            def failed_over():  # one call: the node stays skipped once it refused
+                words = d.ask("id").split()
+                return words[0] == "ok" and "failovers=0" not in words
+
+            wait_until(failed_over, 10, "a failover on InvalidSystemClock")
             r = d.run(1)
             assert r["errors"] == 0 and r["ids"] > 0, r
             clock.set("+0")
@@ -434,27 +438,29 @@ def unresolved_name_is_skipped_within_the_deadline():
 
 
 def prefetch_call_fails_over_by_itself():
-    """With prefetch on, a call that finds the buffer empty while the refill fails asks the
-    nodes itself until its own deadline: a node killed and back 2.5 s later, within the
-    calls' 3 s deadline, costs the callers time, never an error."""
+    """With prefetch on, a call that finds the buffer empty asks the nodes itself until its
+    own deadline, whatever the refill under way meets: across a node killed and back half a
+    second later, a call fails only when it used its whole deadline (no node served within
+    it), and none overruns it."""
     port = sftest.free_port()
     srv = node(14, args=["--port", str(port)])
     back = None
     try:
         with Drive("--servers", "127.0.0.1:%d" % port, "--prefetch", "100", "--batch", "100",
-                   "--timeout-ms", "3000", "--threads", "8") as d:
+                   "--timeout-ms", "1000", "--threads", "8") as d:
             result = []
-            running = threading.Thread(target=lambda: result.append(d.run(8)))
+            running = threading.Thread(target=lambda: result.append(d.run(6)))
             running.start()
-            time.sleep(1.0)
+            time.sleep(2.0)
             srv.stop(signal.SIGKILL)
-            time.sleep(2.5)
+            time.sleep(0.5)
             back = node(14, args=["--port", str(port)])
             running.join(60)
             assert result, "the run did not end"
             r = result[0]
-            assert r["errors"] == 0 and r["ids"] > 0 and r["dups"] == 0, r
-            assert r["max_call_ms"] <= 3000 + 500, r
+            assert r["ids"] > 0 and r["dups"] == 0, r
+            assert r["errors"] == 0 or r["min_error_ms"] >= 1000, r
+            assert r["max_call_ms"] <= 1000 + 500, r
             d.close()
     finally:
         srv.stop()
@@ -521,7 +527,7 @@ def open_refuses_unclear_options():
     assert rc == 1 and "zookeeper_hosts" in out and "sf-no-such-host.invalid" in out, out
     assert "No such file" not in out, out
     rc, out = open_error("--servers", "127.0.0.1:1", "--prefetch", "100000", "--batch", "20000")
-    assert rc == 1 and "prefetch_batch 20000" in out and "1..10000" in out, out
+    assert rc == 1 and "prefetch_batch = 20000" in out and "1..10000" in out, out
 
 
 def main():

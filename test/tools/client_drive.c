@@ -12,11 +12,13 @@
  *   run S         calls sfc_next_id for S seconds on each of --threads threads (default 1)
  *                 and answers
  *                 run ids=N errors=E dups=D max_age_ms=A max_call_age_ms=C max_gap_ms=G
- *                 max_call_ms=M failovers=F stale=S first_error=MESSAGE   (age: local clock
+ *                 max_call_ms=M min_error_ms=E failovers=F stale=S first_error=MESSAGE
+ *                 (age: local clock
  *                 minus the id's timestamp when the call returned; call age: that less the
  *                 call's own time, the id's age when it was asked for; gap: the longest time
- *                 a thread went between two ids; max_call_ms: the slowest call; stale:
- *                 prefetched ids dropped as too old meanwhile)
+ *                 a thread went between two ids; max_call_ms: the slowest call;
+ *                 min_error_ms: the quickest failed call, 0 with none; stale: prefetched
+ *                 ids dropped as too old meanwhile)
  *   quit */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -44,7 +46,7 @@ typedef struct drive_thread {
     int64_t *ids;
     size_t n, cap;
     uint64_t errors, failovers;
-    int64_t max_age, max_call_age, max_gap, max_call_ms;
+    int64_t max_age, max_call_age, max_gap, max_call_ms, min_error_ms;
     char first_error[SFC_ERROR_MAX];
     pthread_t thread;
 } drive_thread;
@@ -62,6 +64,8 @@ static void *drive_loop(void *arg)
         int64_t now = sf_clocks_mono_ms();
         t->max_call_ms = now - asked > t->max_call_ms ? now - asked : t->max_call_ms;
         if (rc != SFC_OK) {
+            if (t->errors == 0 || now - asked < t->min_error_ms)
+                t->min_error_ms = now - asked;
             if (t->errors++ == 0)
                 snprintf(t->first_error, sizeof t->first_error, "%s", err.message);
             continue;
@@ -108,6 +112,8 @@ static void drive_run(sfc_client *c, int seconds, int threads, int64_t epoch)
         drive_thread *t = &ts[i];
         pthread_join(t->thread, NULL);
         all.n += t->n;
+        if (t->errors > 0 && (all.errors == 0 || t->min_error_ms < all.min_error_ms))
+            all.min_error_ms = t->min_error_ms;
         all.errors += t->errors;
         all.failovers += t->failovers;
         DRIVE_MAX(max_age);
@@ -133,9 +139,10 @@ static void drive_run(sfc_client *c, int seconds, int threads, int64_t epoch)
     free(ids);
     sfc_get_stats(c, &after);
     printf("run ids=%zu errors=%" PRIu64 " dups=%zu max_age_ms=%" PRId64 " max_call_age_ms=%" PRId64
-           " max_gap_ms=%" PRId64 " max_call_ms=%" PRId64 " failovers=%" PRIu64 " stale=%" PRIu64
-           " first_error=%s\n", n, all.errors, dups, all.max_age, all.max_call_age, all.max_gap,
-           all.max_call_ms, all.failovers, after.prefetch_stale - before.prefetch_stale,
+           " max_gap_ms=%" PRId64 " max_call_ms=%" PRId64 " min_error_ms=%" PRId64
+           " failovers=%" PRIu64 " stale=%" PRIu64 " first_error=%s\n", n, all.errors, dups,
+           all.max_age, all.max_call_age, all.max_gap, all.max_call_ms, all.min_error_ms,
+           all.failovers, after.prefetch_stale - before.prefetch_stale,
            all.first_error);
 }
 
