@@ -20,6 +20,7 @@ from sftest import Server, wait_until
 from test_clock import FAKETIME_LIB, FakeClock
 
 DRIVE = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "client_drive")
+DRIVE_COUNTED = DRIVE + "_counted"  # counts the pool's locks: the `locks` command
 ZK = sftest.ZooKeeper()
 SESSION_MS = 2000
 SF_ERR_REFUSED, SF_ERR_CLOCK, SF_ERR_UNAVAILABLE = -3, -4, -5
@@ -28,10 +29,10 @@ SF_ERR_REFUSED, SF_ERR_CLOCK, SF_ERR_UNAVAILABLE = -3, -4, -5
 class Drive:
     """One client_drive process: ask() sends a command and returns its answer's words."""
 
-    def __init__(self, *args, prefix=()):
+    def __init__(self, *args, prefix=(), drive=DRIVE):
         # Every GObject from malloc, so that a sanitizer build sees each one a connection
         # leaves behind (GLib's slices hide them until memory is reused).
-        self.proc = subprocess.Popen(list(prefix) + [DRIVE] + list(args), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(list(prefix) + [drive] + list(args), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True,
                                      env=dict(os.environ, G_SLICE="always-malloc"))
         first = self.proc.stdout.readline().strip()
@@ -516,6 +517,24 @@ def every_node_back_after_a_total_outage():
             n.stop()
 
 
+def a_call_takes_the_pool_lock_twice():
+    """A successful call takes the pool's lock at most twice (acquire, release), counted by
+    a build of the client that counts them; with nodes failing it may take more."""
+    a, b = node(20), node(21)
+    try:
+        with Drive("--servers", "%s,%s" % (hostport(a), hostport(b)),
+                   drive=DRIVE_COUNTED) as d:
+            d.ask("locks 10")  # the connections made
+            words = dict(w.split("=") for w in d.ask("locks 1000").split()[1:])
+            assert words["ok"] == "1000", words
+            assert int(words["taken"]) <= 2 * 1000, words
+            assert int(words["taken"]) >= 1000, words  # the counter counts
+            d.close()
+    finally:
+        a.stop()
+        b.stop()
+
+
 def open_refuses_unclear_options():
     """sfc_open names the option at fault: an empty server list, a ZooKeeper host with no port
     or that does not resolve, and a prefetch batch past what the nodes accept."""
@@ -551,6 +570,7 @@ def main():
     r.run(fenced_node_backs_off_doubling)
     r.run(every_node_back_after_a_total_outage)
     r.run(open_refuses_unclear_options)
+    r.run(a_call_takes_the_pool_lock_twice)
     r.finish()
 
 

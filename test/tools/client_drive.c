@@ -8,6 +8,8 @@
  * Commands and answers:
  *   id            ok ID server=S tries=N failovers=F ms=M | error CODE ms=M MESSAGE
  *   ids N         ok N FIRST LAST server=S ms=M | error ...
+ *   locks N       (client_drive_counted only) N calls of sfc_next_id, then
+ *                 locks calls=N ok=K taken=T   (T: the pool's lock taken by those calls)
  *   servers       servers N up=U NAME:up|NAME:down:FAILURES,...   (in the client's order)
  *   run S         calls sfc_next_id for S seconds on each of --threads threads (default 1)
  *                 and answers
@@ -146,6 +148,23 @@ static void drive_run(sfc_client *c, int seconds, int threads, int64_t epoch)
            all.first_error);
 }
 
+#ifdef SFC_COUNT_POOL_LOCKS
+#include "pool.h"
+
+/* `locks N`: how often N calls on this thread took the pool's lock. */
+static void drive_locks(sfc_client *c, int calls)
+{
+    int ok = 0;
+    uint64_t before = sfc_pool_locks_taken();
+    for (int i = 0; i < calls; i++) {
+        int64_t id;
+        ok += sfc_next_id(c, &id, NULL, NULL) == SFC_OK;
+    }
+    printf("locks calls=%d ok=%d taken=%" PRIu64 "\n", calls, ok,
+           sfc_pool_locks_taken() - before);
+}
+#endif
+
 static void drive_servers(sfc_client *c)
 {
     sfc_server_state st[64];
@@ -229,6 +248,10 @@ int main(int argc, char **argv)
                 printf("error %d ms=%" PRId64 " %s\n", ids != NULL ? err.code : SFC_ERR_NOMEM,
                        sf_clocks_mono_ms() - started, ids != NULL ? err.message : "no memory");
             free(ids);
+#ifdef SFC_COUNT_POOL_LOCKS
+        } else if (strncmp(line, "locks ", 6) == 0) {
+            drive_locks(c, atoi(line + 6));
+#endif
         } else if (strcmp(line, "servers") == 0) {
             drive_servers(c);
         } else if (strncmp(line, "run ", 4) == 0) {
