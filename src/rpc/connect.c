@@ -97,6 +97,8 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
         }
         fd = connect_one(&addrs.addr[i], addrs.len[i], (int)left, err, errlen);
     }
+    if (fd < 0 && errno == ETIMEDOUT) /* the caller's bound, not what the last address had */
+        snprintf(err, errlen, "no answer within %d ms", timeout_ms);
     if (fd < 0)
         return -1;
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
