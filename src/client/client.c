@@ -251,11 +251,8 @@ int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
 {
     if (c == NULL || id == NULL)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
-    int64_t now = sf_clocks_mono_ms(), deadline = now + c->o.timeout_ms;
-    /* A refill under way is waited for one try's time at most, so that the failover loop
-     * below keeps the rest of the deadline. */
-    if (c->prefetch != NULL &&
-        sfc_prefetch_take(c->prefetch, id, now + c->o.try_timeout_ms / 2)) {
+    int64_t deadline = sf_clocks_mono_ms() + c->o.timeout_ms;
+    if (c->prefetch != NULL && sfc_prefetch_take(c->prefetch, id)) {
         if (call != NULL) {
             call->server[0] = '\0';
             call->tries = call->failovers = 0;

@@ -20,10 +20,9 @@ typedef struct sfc_prefetch sfc_prefetch;
 sfc_prefetch *sfc_prefetch_start(int capacity, int batch, int max_age_ms, int64_t epoch_ms,
                                  sfc_fetch_fn fetch, void *ctx, char *why, size_t whylen);
 
-/* Takes one id young enough; when there is none, wakes the fetcher and waits for the end of
- * one fetch, until wait_until (CLOCK_MONOTONIC ms) at most. False when none came: the caller
- * asks a node directly, whatever the fetch met. */
-bool sfc_prefetch_take(sfc_prefetch *pf, int64_t *id, int64_t wait_until);
+/* Takes one id young enough, without waiting; false when there is none (the fetcher is
+ * woken): the caller asks a node directly. */
+bool sfc_prefetch_take(sfc_prefetch *pf, int64_t *id);
 
 /* Ids handed out, dropped as too old, and takes that found the buffer empty. */
 void sfc_prefetch_counts(sfc_prefetch *pf, uint64_t *handed, uint64_t *stale, uint64_t *misses);

@@ -19,8 +19,7 @@
  * With prefetch on, a background thread keeps up to `prefetch` ids fetched with get_ids and
  * sfc_next_id hands them out locally, never one whose timestamp is more than max_id_age_ms
  * behind the local clock (the original's promise: ids k-sorted within a second); a call
- * that finds none waits for the refill under way at most try_timeout_ms / 2, then asks the
- * nodes itself, with failover, until its own deadline.
+ * that finds none asks the nodes itself, with failover, until its own deadline.
  *
  * Every function is thread-safe and every call returns by its deadline, also when every
  * node is down (SFC_ERR_UNAVAILABLE, naming each node tried and why it failed).

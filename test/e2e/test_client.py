@@ -362,7 +362,10 @@ def prefetch_never_hands_out_old_ids():
         with Drive("--servers", hostport(srv), "--prefetch", "20000", "--batch", "5000",
                    "--max-age-ms", "100") as d:
             r = d.run(2)
-            assert r["ids"] > 100000 and r["errors"] == 0 and r["dups"] == 0, r
+            # Ids from the buffer (no rate asked: a sanitizer build on a busy machine may
+            # get most of them stale, and ask the node for the rest).
+            assert r["ids"] > 0 and r["prefetched"] > 0, r
+            assert r["errors"] == 0 and r["dups"] == 0, r
             assert r["max_call_age_ms"] <= 100, r
             time.sleep(0.5)  # the buffer's ids are now too old
             r = d.run(1)

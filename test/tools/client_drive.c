@@ -14,13 +14,15 @@
  *   run S         calls sfc_next_id for S seconds on each of --threads threads (default 1)
  *                 and answers
  *                 run ids=N errors=E dups=D max_age_ms=A max_call_age_ms=C max_gap_ms=G
- *                 max_call_ms=M min_error_ms=E failovers=F stale=S first_error=MESSAGE
+ *                 max_call_ms=M min_error_ms=E failovers=F prefetched=P stale=S
+ *                 first_error=MESSAGE
  *                 (age: local clock
  *                 minus the id's timestamp when the call returned; call age: that less the
  *                 call's own time, the id's age when it was asked for; gap: the longest time
  *                 a thread went between two ids; max_call_ms: the slowest call;
- *                 min_error_ms: the quickest failed call, 0 with none; stale: prefetched
- *                 ids dropped as too old meanwhile)
+ *                 min_error_ms: the quickest failed call, 0 with none; prefetched: ids
+ *                 handed out from the buffer; stale: prefetched ids dropped as too old
+ *                 meanwhile)
  *   quit */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -142,9 +144,9 @@ static void drive_run(sfc_client *c, int seconds, int threads, int64_t epoch)
     sfc_get_stats(c, &after);
     printf("run ids=%zu errors=%" PRIu64 " dups=%zu max_age_ms=%" PRId64 " max_call_age_ms=%" PRId64
            " max_gap_ms=%" PRId64 " max_call_ms=%" PRId64 " min_error_ms=%" PRId64
-           " failovers=%" PRIu64 " stale=%" PRIu64 " first_error=%s\n", n, all.errors, dups,
-           all.max_age, all.max_call_age, all.max_gap, all.max_call_ms, all.min_error_ms,
-           all.failovers, after.prefetch_stale - before.prefetch_stale,
+           " failovers=%" PRIu64 " prefetched=%" PRIu64 " stale=%" PRIu64 " first_error=%s\n", n,
+           all.errors, dups, all.max_age, all.max_call_age, all.max_gap, all.max_call_ms,
+           all.min_error_ms, all.failovers, after.prefetched - before.prefetched, after.prefetch_stale - before.prefetch_stale,
            all.first_error);
 }
 
