@@ -9,7 +9,6 @@
 #include "cli_rpc.h"
 #include "lib/snowflake.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,24 +35,6 @@ static void cli_usage(FILE *out)
             INT64_MAX, (long long)SF_TWITTER_EPOCH_MS);
 }
 
-/* Parses a decimal int64 with nothing after it. false on any junk or overflow. */
-static bool cli_parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    while (*s == ' ' || *s == '\t')
-        s++;
-    if (*s == '\0')
-        return false;
-    long long v = strtoll(s, &end, 10);
-    while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')
-        end++;
-    if (errno != 0 || *end != '\0')
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Prints one id in the chosen format; the table header is printed once by the caller. */
 static void cli_print_decoded(const sf_decoded *d, bool json)
 {
@@ -76,14 +57,8 @@ static bool cli_decode_one(const char *text, int64_t epoch, sf_id_base base, boo
     int64_t id;
     sf_decoded d;
     sf_error err;
-    if (base != SF_BASE10) {
-        if (!cli_ids_parse(text, base, &id))
-            return false;
-    } else if (!cli_parse_i64(text, &id)) {
-        fprintf(stderr, "snowflake: '%s' is not an id: expected a decimal integer 0..%" PRId64 "\n",
-                text, INT64_MAX);
+    if (!cli_ids_parse(text, base, &id))
         return false;
-    }
     if (sf_decode(id, epoch, &d, &err) != SF_OK) {
         fprintf(stderr, "snowflake: %s\n", err.message);
         return false;
@@ -112,7 +87,7 @@ static int cli_decode(int argc, char **argv)
     /* "+": stop at the first id, so that negative ids reach the decoder and
      * are reported as ids, not as unknown options. */
     while ((c = getopt_long(argc, argv, "+je:h", longopts, NULL)) != -1) {
-        if (c == '?' && optopt >= '0' && optopt <= '9') {
+        if (cli_ids_negative_arg(c)) {
             optind--; /* "-5": an id, to be refused with its value */
             break;
         }
@@ -121,11 +96,8 @@ static int cli_decode(int argc, char **argv)
             json = true;
             break;
         case 'e':
-            if (!cli_parse_i64(optarg, &epoch) || epoch < 0 || epoch > SF_MAX_EPOCH_MS) {
-                fprintf(stderr, "snowflake: --epoch '%s' is not valid: expected ms 0..%lld "
-                        "(up to 2100-01-01)\n", optarg, SF_MAX_EPOCH_MS);
+            if (!cli_ids_parse_epoch(optarg, &epoch))
                 return 2;
-            }
             break;
         case 'h':
             cli_usage(stdout);

@@ -91,8 +91,12 @@ static bool cli_ids_parse_time(const char *what, const char *text, int64_t *ms)
     return false;
 }
 
-/* Reads --epoch; false (said why) when it is not ms 0..SF_MAX_EPOCH_MS. */
-static bool cli_ids_parse_epoch(const char *text, int64_t *epoch)
+bool cli_ids_negative_arg(int c)
+{
+    return c == '?' && optopt >= '0' && optopt <= '9';
+}
+
+bool cli_ids_parse_epoch(const char *text, int64_t *epoch)
 {
     if (sf_id_parse(text, SF_BASE10, epoch, NULL) == SF_OK && *epoch <= SF_MAX_EPOCH_MS)
         return true;
@@ -234,6 +238,10 @@ static int cli_ids_encode(int argc, char **argv)
     sf_id_base base = SF_BASE10;
     int c;
     while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        if (cli_ids_negative_arg(c)) {
+            optind--; /* "-5": an id, to be refused with its value */
+            break;
+        }
         if (c == 'h')
             return cli_ids_help();
         if (c != SF_BASE32 && c != SF_BASE58 && c != SF_BASE62)

@@ -24,4 +24,11 @@ void cli_ids_usage(FILE *out);
  * and what is allowed) when it is not one. */
 bool cli_ids_parse(const char *text, sf_id_base base, int64_t *id);
 
+/* Reads --epoch; false (after saying why) when it is not ms 0..SF_MAX_EPOCH_MS. */
+bool cli_ids_parse_epoch(const char *text, int64_t *epoch);
+
+/* True when getopt's answer c was an unknown option that is a negative number ("-5"): an
+ * id to be refused as one (exit 1), not a usage error (exit 2). */
+bool cli_ids_negative_arg(int c);
+
 #endif /* CLI_IDS_H */

@@ -7,6 +7,7 @@
 
 #include "client/snowflake_client.h"
 #include "common/clocks.h"
+#include "common/hostport.h"
 #include "lib/snowflake.h"
 
 #include <errno.h>
@@ -83,15 +84,13 @@ bool cli_rpc_handles(const char *arg)
     return false;
 }
 
-/* Parses a decimal integer in [min, max]; false on junk, overflow or range. */
+/* Reads a decimal integer in [min, max] as every number of the tool is read; false on
+ * anything else (blanks, a sign, junk, overflow, range). */
 static bool cli_rpc_parse_int(const char *s, long min, long max, int *out)
 {
-    char *end;
-    errno = 0;
-    if (*s == '\0')
-        return false;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
+    int64_t v;
+    char why[200];
+    if (!sf_decimal_parse("", s, min, max, &v, why, sizeof why))
         return false;
     *out = (int)v;
     return true;

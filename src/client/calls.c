@@ -1,6 +1,7 @@
-/* calls.c -- one call to the fleet: pick a node, take a pooled connection, ask, and on a
- * failure that another node may not share move on, within the call's deadline. What each
- * node said is kept, so a call that fails everywhere says where and why. */
+/* calls.c -- one call to the fleet: acquire a node and a connection from the pool, ask,
+ * release them with how it went, and on a failure that another node may not share move on,
+ * within the call's deadline. What each node said is kept, so a call that fails everywhere
+ * says where and why. */
 #define _POSIX_C_SOURCE 200809L
 #include "client_internal.h"
 
@@ -15,16 +16,6 @@
 /* The pause before another round over nodes that all failed: doubling up to the max. */
 #define SFC_ROUND_PAUSE_MS 10
 #define SFC_ROUND_PAUSE_MAX_MS 200
-
-/* How a try on one node ended. */
-typedef enum {
-    SFC_TRY_OK,
-    SFC_TRY_BROKEN,      /* the connection broke: reset, closed, a bad frame */
-    SFC_TRY_TIMEOUT,     /* no answer within the try's timeout */
-    SFC_TRY_UNAVAILABLE, /* ServiceUnavailable: not serving now */
-    SFC_TRY_CLOCK,       /* InvalidSystemClock */
-    SFC_TRY_REFUSED      /* the caller's error: not worth another node */
-} sfc_outcome;
 
 /* What is asked: get_id (count 0), get_ids(count), or the node's identity (info). */
 typedef struct sfc_request {
@@ -166,13 +157,15 @@ static bool sfc_round_pause(int64_t deadline, int64_t *pause_ms)
  * connection is not down). A round in which every node failed is followed by another after
  * a short pause, until the deadline: a moment in which no node serves (an election in
  * ZooKeeper can fence a whole fleet for a few hundred ms) costs the caller time, not an
- * error. */
+ * error. The pool is entered through acquire and release alone: which node, which
+ * connection and what a failure does to a node are its business; when to move on, what to
+ * retry and what to tell the caller are this loop's. */
 static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *call,
                    sfc_error *err)
 {
     enum { MAX_TRIES = 64 };
     sfc_pool *p = &c->pool;
-    sfc_server *tried[MAX_TRIES];
+    sfc_server *tried[MAX_TRIES], *again = NULL;
     int ntried = 0, clock_errors = 0, other_errors = 0, tries = 0, rounds = 1, last_n = 0;
     int64_t pause_ms = SFC_ROUND_PAUSE_MS;
     bool fresh_used = false, partial = false, clock_twice = false;
@@ -180,12 +173,14 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
     /* What the nodes said this round, and in the last whole round before it (only their
      * first bytes are set: a call that succeeds at once should not clear 2 KB). */
     char reasons[SFC_ERROR_MAX - 100], last[sizeof reasons];
-    char why[512];
+    char why[512], server[SFC_SERVER_MAX];
     clock_from[0] = reasons[0] = last[0] = '\0';
     for (;;) {
-        sfc_server *s = ntried < MAX_TRIES
-                            ? sfc_pool_pick(p, tried, ntried, deadline, why, sizeof why) : NULL;
-        if (s == NULL) {
+        sfc_lease l;
+        int got = again != NULL || ntried < MAX_TRIES
+                      ? sfc_pool_acquire(p, tried, ntried, again, deadline, &l, why, sizeof why)
+                      : SFC_POOL_NONE;
+        if (got == SFC_POOL_NONE) {
             /* Every node failed this round (or none is listed by the deadline). */
             if (ntried == 0) {
                 sfc_add_reason(reasons, sizeof reasons, why);
@@ -200,77 +195,53 @@ static int sfc_run(sfc_client *c, sfc_request *r, int64_t deadline, sfc_call *ca
             rounds++;
             continue;
         }
-        tried[ntried++] = s;
-        tries++;
-        sfc_outcome out;
-        do {
-            int64_t left = deadline - sf_clocks_mono_ms();
-            if (left <= 0) {
-                snprintf(why, sizeof why, "%s not tried: the deadline passed", s->name);
-                sfc_pool_release(p, s);
-                sfc_add_reason(reasons, sizeof reasons, why);
-                partial = true;
-                goto failed;
-            }
-            int try_ms = sfc_pool_count(p) <= 1 || left < c->o.try_timeout_ms
-                             ? (int)left : c->o.try_timeout_ms;
-            bool reused, connect_failed;
-            sfc_conn *conn = sfc_pool_take(p, s, sf_clocks_mono_ms() + try_ms, &reused,
-                                           &connect_failed, why, sizeof why);
-            if (conn == NULL) {
-                out = connect_failed ? SFC_TRY_BROKEN : SFC_TRY_TIMEOUT;
-                if (connect_failed)
-                    sfc_pool_failed(p, s, why, true);
-                break;
-            }
-            out = sfc_try(conn, s->name, r, why, sizeof why);
-            if (out == SFC_TRY_BROKEN || out == SFC_TRY_TIMEOUT) {
-                sfc_pool_discard(p, s, conn);
-                if (out == SFC_TRY_BROKEN && reused && !fresh_used) {
-                    fresh_used = true;
-                    sfc_pool_drop_idle(p, s); /* so that the retry connects afresh */
-                    continue;
-                }
-                sfc_pool_failed(p, s, why, true);
-            } else {
-                sfc_pool_give(p, s, conn);
-                if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED)
-                    sfc_pool_succeeded(p, s);
-                else
-                    sfc_pool_failed(p, s, why, false);
-            }
-            break;
-        } while (true);
+        if (again == NULL) {
+            tried[ntried++] = l.server;
+            tries++;
+        }
+        again = NULL;
+        snprintf(server, sizeof server, "%s", l.server->name);
+        sfc_outcome out = got == SFC_POOL_CONN ? sfc_try(l.conn, server, r, why, sizeof why)
+                                               : l.failed_as;
+        if (out == SFC_TRY_BROKEN && l.reused && !fresh_used) {
+            fresh_used = true;
+            again = l.server; /* the lease keeps it held for the fresh try */
+            sfc_pool_release(p, &l, SFC_TRY_STALE, why);
+            continue;
+        }
+        sfc_pool_release(p, &l, out, why); /* the node may go with it: not used after */
         if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED) {
             if (call != NULL) {
-                snprintf(call->server, sizeof call->server, "%s", s->name);
+                memcpy(call->server, server, sizeof call->server);
                 call->tries = tries;
                 call->failovers = tries - 1;
             }
-            atomic_fetch_add(&c->failovers, (uint_fast64_t)(tries - 1));
-            sfc_pool_release(p, s);
+            if (tries > 1)
+                atomic_fetch_add(&c->failovers, (uint_fast64_t)(tries - 1));
             if (out == SFC_TRY_REFUSED)
                 return sfc_fail(err, SFC_ERR_REFUSED, "%s", why);
             return SFC_OK;
         }
         sfc_add_reason(reasons, sizeof reasons, why);
+        if (out == SFC_TRY_SKIPPED && sf_clocks_mono_ms() >= deadline) {
+            partial = true;
+            break;
+        }
         if (out == SFC_TRY_CLOCK) {
             clock_errors++;
             /* Two nodes' clocks in a row: a clock step across hosts, which the caller should
              * hear of rather than wait out. */
-            clock_twice = clock_from[0] != '\0' && strcmp(clock_from, s->name) != 0;
-            snprintf(clock_from, sizeof clock_from, "%s", s->name);
+            clock_twice = clock_from[0] != '\0' && strcmp(clock_from, server) != 0;
+            snprintf(clock_from, sizeof clock_from, "%s", server);
+            if (clock_twice)
+                break;
         } else {
             clock_from[0] = '\0';
             other_errors++;
             /* A try the deadline ended says only that time ran out: the round is cut short. */
             partial = partial || (out == SFC_TRY_TIMEOUT && sf_clocks_mono_ms() >= deadline);
         }
-        sfc_pool_release(p, s); /* s may go with it: not used after */
-        if (clock_twice)
-            break;
     }
-failed:
     if (call != NULL) {
         call->server[0] = '\0';
         call->tries = tries;
@@ -287,6 +258,15 @@ failed:
         snprintf(in_rounds, sizeof in_rounds, ", in %d rounds", rounds);
     return sfc_fail(err, SFC_ERR_UNAVAILABLE, "no node gave %s within %d ms (%d tried%s): %s",
                     r->method, c->o.timeout_ms, ntried, in_rounds, reasons);
+}
+
+sfc_outcome sfc_call_probe(void *ctx, sfc_conn *conn, const char *server, char *why,
+                           size_t whylen)
+{
+    sfc_client *c = ctx;
+    int64_t id;
+    sfc_request r = {.agent = c->agent, .count = 0, .ids = &id, .method = "get_id"};
+    return sfc_try(conn, server, &r, why, whylen);
 }
 
 int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/clocks.h"
+#include "common/hostport.h"
 #include "common/option_range.h"
 #include "common/zkpath.h"
 #include "lib/snowflake.h"
@@ -18,6 +19,9 @@
 #define SFC_DEFAULT_PATH "/snowflake-servers"
 #define SFC_DEFAULT_AGENT "snowflake-client"
 #define SFC_MAX_IDS 1000000
+/* The nodes' default max_batch_size: a refill asks no more than a node accepts unless
+ * told otherwise. */
+#define SFC_MAX_PREFETCH_BATCH 10000
 
 int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
 {
@@ -62,11 +66,20 @@ static bool sfc_check_range(const char *name, int v, int min, int max, sfc_error
 /* Every option, as the header states them. */
 static bool sfc_check_options(const sfc_options *o, sfc_error *err)
 {
-    bool list = o->servers != NULL && o->servers[0] != '\0';
-    bool zk = o->zookeeper_hosts != NULL && o->zookeeper_hosts[0] != '\0';
+    bool list = o->servers != NULL, zk = o->zookeeper_hosts != NULL;
+    char hwhy[600];
     if (list == zk) {
         sfc_fail(err, SFC_ERR_ARG, "give exactly one of servers (host:port,...) and "
                  "zookeeper_hosts; %s", list ? "both are set" : "neither is set");
+        return false;
+    }
+    if (list && o->servers[0] == '\0') {
+        sfc_fail(err, SFC_ERR_ARG, "servers is empty: name at least one host:port (or leave "
+                 "servers NULL and set zookeeper_hosts)");
+        return false;
+    }
+    if (zk && !sf_hostport_list_check("zookeeper_hosts", o->zookeeper_hosts, hwhy, sizeof hwhy)) {
+        sfc_fail(err, SFC_ERR_ARG, "%s", hwhy);
         return false;
     }
     const char *why = NULL;
@@ -90,7 +103,7 @@ static bool sfc_check_options(const sfc_options *o, sfc_error *err)
         sfc_check_range("backoff_ms", o->backoff_ms, 1, 60000, err) &&
         sfc_check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_ms, 600000, err) &&
         sfc_check_range("prefetch", o->prefetch, 0, 1000000, err) &&
-        sfc_check_range("prefetch_batch", o->prefetch_batch, 1, 100000, err) &&
+        sfc_check_range("prefetch_batch", o->prefetch_batch, 1, SFC_MAX_PREFETCH_BATCH, err) &&
         sfc_check_range("max_id_age_ms", o->max_id_age_ms, 1, 60000, err);
     if (in_range && (o->epoch_ms < 0 || o->epoch_ms > SF_MAX_EPOCH_MS)) {
         sfc_fail(err, SFC_ERR_ARG, "epoch_ms %lld is outside 0..%lld", (long long)o->epoch_ms,
@@ -119,9 +132,9 @@ static bool sfc_set_fixed_list(sfc_client *c, sfc_error *err)
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL && ok;
          tok = strtok_r(NULL, ",", &save)) {
-        char host[SFC_SERVER_MAX], why[300];
+        char host[SFC_SERVER_MAX], why[400];
         int port;
-        if (!sfc_pool_parse_server(tok, host, sizeof host, &port, why, sizeof why)) {
+        if (!sf_hostport_parse(tok, host, sizeof host, &port, why, sizeof why)) {
             sfc_fail(err, SFC_ERR_ARG, "servers: %s", why);
             ok = false;
         }
@@ -194,7 +207,7 @@ sfc_client *sfc_open(const sfc_options *o, sfc_error *err)
     sf_thrift_fix_finalize();
     sf_thrift_fix_transport();
     char why[400];
-    if (!sfc_pool_init(&c->pool, o, why, sizeof why)) {
+    if (!sfc_pool_init(&c->pool, o, sfc_call_probe, c, why, sizeof why)) {
         sfc_fail(err, SFC_ERR_NOMEM, "%s", why);
         goto fail_strings;
     }
@@ -239,23 +252,17 @@ int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
     if (c == NULL || id == NULL)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
     int64_t deadline = sf_clocks_mono_ms() + c->o.timeout_ms;
-    if (c->prefetch != NULL) {
-        int got = sfc_prefetch_take(c->prefetch, id, deadline, err);
-        if (got == 1) {
-            if (call != NULL) {
-                call->server[0] = '\0';
-                call->tries = call->failovers = 0;
-            }
-            atomic_fetch_add(&c->calls, 1);
-            atomic_fetch_add(&c->ids, 1);
-            return SFC_OK;
+    if (c->prefetch != NULL && sfc_prefetch_take(c->prefetch, id)) {
+        if (call != NULL) {
+            call->server[0] = '\0';
+            call->tries = call->failovers = 0;
         }
-        if (got == 0) {
-            atomic_fetch_add(&c->errors, 1);
-            return err != NULL ? err->code : SFC_ERR_UNAVAILABLE;
-        }
-        /* nothing young enough arrived: ask a node directly, in the time left */
+        atomic_fetch_add(&c->calls, 1);
+        atomic_fetch_add(&c->ids, 1);
+        return SFC_OK;
     }
+    /* Nothing young enough in the buffer: the call asks the nodes itself, as an unbuffered
+     * one does, until its own deadline; how the refill fares is no answer to it. */
     return sfc_call_ids(c, id, 0, deadline, true, call, err);
 }
 

@@ -30,6 +30,11 @@ struct sfc_client {
 int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,
                  sfc_call *call, sfc_error *err);
 
+/* The prober's check of a node (an sfc_probe_fn, ctx the client): get_id, which a node
+ * that does not serve refuses, unlike get_timestamp. */
+sfc_outcome sfc_call_probe(void *ctx, sfc_conn *conn, const char *server, char *why,
+                           size_t whylen);
+
 /* Fills err (if not NULL) with code and a formatted message; returns code. */
 int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -20,7 +20,9 @@
 #include <zookeeper/zookeeper.h>
 
 #include "common/clocks.h"
+#include "common/hostport.h"
 #include "common/zkpath.h"
+#include "rpc/resolve.h"
 
 struct sfc_discover {
     pthread_mutex_t lock;
@@ -168,6 +170,29 @@ static void *sfc_discover_run(void *arg)
     return NULL;
 }
 
+/* Why zookeeper_init refused hosts, which it says only through errno (ENOENT, EINVAL): the
+ * first entry whose name does not resolve, else errno's text. */
+static void sfc_discover_why_init(const char *hosts, int cause, char *why, size_t whylen)
+{
+    char *copy = strdup(hosts), *save = NULL;
+    for (char *tok = copy != NULL ? strtok_r(copy, ",", &save) : NULL; tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        char host[SF_HOSTPORT_HOST_MAX], err[400];
+        int port;
+        sf_addrs addrs;
+        tok[strcspn(tok, "/")] = '\0'; /* the chroot after the last entry */
+        if (!sf_hostport_parse(tok, host, sizeof host, &port, err, sizeof err) ||
+            sf_resolve(host, port, sf_clocks_mono_ms() + 1000, &addrs, err, sizeof err) != 0) {
+            snprintf(why, whylen, "zookeeper_hosts '%s': %s", hosts, err);
+            free(copy);
+            return;
+        }
+    }
+    free(copy);
+    snprintf(why, whylen, "zookeeper_hosts '%s': the ZooKeeper client refused them: %s", hosts,
+             strerror(cause));
+}
+
 sfc_discover *sfc_discover_start(const char *hosts, const char *path, int session_timeout_ms,
                                  sfc_discover_list_fn on_list, sfc_discover_why_fn on_why,
                                  void *ctx, char *why, size_t whylen)
@@ -195,11 +220,14 @@ sfc_discover *sfc_discover_start(const char *hosts, const char *path, int sessio
         return NULL;
     }
     d->zh = zookeeper_init(hosts, sfc_discover_watcher, session_timeout_ms, NULL, d, 0);
-    int rc = d->zh == NULL ? errno : pthread_create(&d->thread, NULL, sfc_discover_run, d);
+    int rc = d->zh == NULL ? (errno != 0 ? errno : EINVAL)
+                           : pthread_create(&d->thread, NULL, sfc_discover_run, d);
     if (rc != 0) {
-        snprintf(why, whylen, d->zh == NULL ? "cannot use ZooKeeper hosts '%s': %s"
-                                            : "cannot start the ZooKeeper watch for '%s': %s",
-                 hosts, strerror(rc));
+        if (d->zh == NULL)
+            sfc_discover_why_init(hosts, rc, why, whylen);
+        else
+            snprintf(why, whylen, "cannot start the ZooKeeper watch for '%s': %s", hosts,
+                     strerror(rc));
         if (d->zh != NULL)
             zookeeper_close(d->zh);
         pthread_cond_destroy(&d->wake);

@@ -1,5 +1,6 @@
 /* pool.c -- the nodes, their connections and their backoff, under one lock held only for
- * list and pointer work: connects, calls and closes happen outside it. */
+ * list and pointer work: connects, calls and closes happen outside it. A call takes the
+ * lock once to acquire a node and a connection and once to release them. */
 #define _POSIX_C_SOURCE 200809L
 #include "pool.h"
 
@@ -13,43 +14,21 @@
 #include <time.h>
 
 #include "common/clocks.h"
+#include "common/hostport.h"
 
-bool sfc_pool_parse_server(const char *name, char *host, size_t hostlen, int *port,
-                           char *why, size_t whylen)
+#ifdef SFC_COUNT_POOL_LOCKS
+static _Thread_local uint64_t sfc_pool_locks;
+uint64_t sfc_pool_locks_taken(void)
 {
-    const char *colon = strrchr(name, ':');
-    const char *h = name;
-    size_t hl = colon != NULL ? (size_t)(colon - name) : 0;
-    if (name[0] == '[') { /* [v6]:port */
-        const char *close = strchr(name, ']');
-        if (close == NULL || close[1] != ':') {
-            snprintf(why, whylen, "'%s' is not [address]:port", name);
-            return false;
-        }
-        h = name + 1;
-        hl = (size_t)(close - h);
-        colon = close + 1;
-    }
-    if (colon == NULL || hl == 0 || hl >= hostlen) {
-        snprintf(why, whylen, "'%s' is not host:port (a host of 1..%zu characters)", name,
-                 hostlen - 1);
-        return false;
-    }
-    char *end;
-    errno = 0;
-    long v = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || v < 1 || v > 65535) {
-        snprintf(why, whylen, "'%s' has no valid port: allowed 1..65535", name);
-        return false;
-    }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)v;
-    return true;
+    return sfc_pool_locks;
 }
+#define SFC_POOL_LOCK(p) (sfc_pool_locks++, pthread_mutex_lock(&(p)->lock))
+#else
+#define SFC_POOL_LOCK(p) pthread_mutex_lock(&(p)->lock)
+#endif
+#define SFC_POOL_UNLOCK(p) pthread_mutex_unlock(&(p)->lock)
 
-/* Frees a node that left the list once nothing holds it. Called with the lock held; closes
- * its idle connections after copying them out, so the caller closes them unlocked. */
+/* Takes s's idle connections off it, to be closed once the lock is let go. Lock held. */
 static sfc_conn *sfc_pool_unlink_idle(sfc_server *s)
 {
     sfc_conn *idle = s->idle;
@@ -93,7 +72,7 @@ static sfc_conn *sfc_conn_open(const sfc_server *s, int timeout_ms, char *why, s
         snprintf(why, whylen, "out of memory for a connection to %s", s->name);
         return NULL;
     }
-    char err[200];
+    char err[300];
     if (!sf_client_open(&c->rpc, s->host, s->port, timeout_ms, err, sizeof err)) {
         snprintf(why, whylen, "cannot connect to %s: %s", s->name, err);
         free(c);
@@ -103,29 +82,53 @@ static sfc_conn *sfc_conn_open(const sfc_server *s, int timeout_ms, char *why, s
     return c;
 }
 
-/* The prober's check of a node whose backoff ended: the original client's validation,
- * a get_timestamp on a new connection. */
-static bool sfc_pool_probe_one(sfc_pool *p, sfc_server *s, char *why, size_t whylen)
+/* s answered: it is up. One node back while every node was skipped means the fleet is
+ * coming back from an outage: the others are probed now rather than at the end of backoffs
+ * grown long while it lasted. Lock held. */
+static void sfc_pool_mark_up(sfc_pool *p, sfc_server *s, int64_t now)
 {
-    sfc_conn *c = sfc_conn_open(s, p->try_timeout_ms, why, whylen);
-    if (c == NULL)
-        return false;
-    gint64 ts = 0;
-    GError *error = NULL;
-    if (!sf_thrift_snowflake_if_get_timestamp(c->rpc.api, &ts, &error)) {
-        snprintf(why, whylen, "%s did not answer get_timestamp: %s", s->name,
-                 error != NULL ? error->message : "unknown error");
-        g_clear_error(&error);
-        sf_client_close(&c->rpc);
-        free(c);
-        return false;
+    s->calls++;
+    if (s->retry_at == 0 && s->failures == 0)
+        return;
+    bool others_down = true;
+    for (int i = 0; i < p->n && others_down; i++)
+        others_down = p->servers[i] == s || p->servers[i]->retry_at != 0;
+    if (s->retry_at != 0 && others_down) {
+        for (int i = 0; i < p->n; i++)
+            if (p->servers[i]->retry_at > now)
+                p->servers[i]->retry_at = now;
+        pthread_cond_broadcast(&p->probe_wake);
     }
-    pthread_mutex_lock(&p->lock);
-    s->open++;
-    c->next = s->idle;
-    s->idle = c;
-    pthread_mutex_unlock(&p->lock);
-    return true;
+    s->retry_at = 0;
+    s->failures = 0;
+    pthread_cond_broadcast(&p->changed);
+}
+
+/* s failed (why): skip it for its backoff, doubled for each failure in a row. Concurrent
+ * calls that failed on one outage count once: the backoff doubles per failed probe, not per
+ * caller. Lock held. */
+static void sfc_pool_mark_failed(sfc_pool *p, sfc_server *s, const char *why, int64_t now)
+{
+    snprintf(s->last_error, sizeof s->last_error, "%s", why);
+    if (s->retry_at != 0 && !s->probing)
+        return;
+    int64_t wait = p->backoff_ms;
+    for (int i = 0; i < s->failures && wait < p->backoff_max_ms; i++)
+        wait *= 2;
+    s->failures++;
+    s->retry_at = now + (wait < p->backoff_max_ms ? wait : p->backoff_max_ms);
+    pthread_cond_broadcast(&p->probe_wake);
+}
+
+/* Frees a node that left the list once nothing holds it. Lock held; returns its idle
+ * connections, to be closed unlocked. */
+static sfc_conn *sfc_pool_drop_if_unused(sfc_server *s)
+{
+    if (s->listed || s->refs > 0)
+        return NULL;
+    sfc_conn *idle = sfc_pool_unlink_idle(s);
+    free(s);
+    return idle;
 }
 
 /* Takes the node whose backoff ended first, if it has ended, marking it probing; else the
@@ -152,37 +155,64 @@ static sfc_server *sfc_pool_due(sfc_pool *p, int64_t now, int64_t *wait_ms)
     return due;
 }
 
+/* Checks s on a new connection of its own, which joins the pool if s passes. Lock held on
+ * entry and return, let go while it talks to s. */
+static void sfc_pool_probe(sfc_pool *p, sfc_server *s)
+{
+    SFC_POOL_UNLOCK(p);
+    char why[600];
+    sfc_outcome out = SFC_TRY_BROKEN;
+    sfc_conn *c = sfc_conn_open(s, p->try_timeout_ms, why, sizeof why);
+    if (c != NULL)
+        out = p->probe(p->probe_ctx, c, s->name, why, sizeof why);
+    bool up = out == SFC_TRY_OK || out == SFC_TRY_REFUSED;
+    if (c != NULL && !up) {
+        sf_client_close(&c->rpc);
+        free(c);
+        c = NULL;
+    }
+    SFC_POOL_LOCK(p);
+    int64_t now = sf_clocks_mono_ms();
+    sfc_conn *to_close = NULL;
+    if (up) {
+        s->open++;
+        c->next = s->idle;
+        s->idle = c;
+        sfc_pool_mark_up(p, s, now);
+    } else {
+        sfc_pool_mark_failed(p, s, why, now);
+        to_close = sfc_pool_unlink_idle(s);
+    }
+    s->probing = false;
+    s->refs--;
+    sfc_conn *gone = sfc_pool_drop_if_unused(s);
+    SFC_POOL_UNLOCK(p);
+    sfc_pool_close_all(to_close);
+    sfc_pool_close_all(gone);
+    SFC_POOL_LOCK(p);
+}
+
 static void *sfc_pool_prober(void *arg)
 {
     sfc_pool *p = arg;
-    pthread_mutex_lock(&p->lock);
+    SFC_POOL_LOCK(p);
     while (!p->stopping) {
         int64_t wait_ms;
         sfc_server *s = sfc_pool_due(p, sf_clocks_mono_ms(), &wait_ms);
-        if (s == NULL) {
-            struct timespec until =
-                sf_clocks_mono_timespec(sf_clocks_mono_ms() + (wait_ms < 0 ? 1000 : wait_ms));
-            pthread_cond_timedwait(&p->probe_wake, &p->lock, &until);
+        if (s != NULL) {
+            sfc_pool_probe(p, s);
             continue;
         }
-        pthread_mutex_unlock(&p->lock);
-        char why[600];
-        bool ok = sfc_pool_probe_one(p, s, why, sizeof why);
-        if (ok)
-            sfc_pool_succeeded(p, s);
-        else
-            sfc_pool_failed(p, s, why, true);
-        pthread_mutex_lock(&p->lock);
-        s->probing = false;
-        pthread_mutex_unlock(&p->lock);
-        sfc_pool_release(p, s);
-        pthread_mutex_lock(&p->lock);
+        struct timespec until =
+            sf_clocks_mono_timespec(sf_clocks_mono_ms() + (wait_ms < 0 ? 1000 : wait_ms));
+        pthread_cond_timedwait(&p->probe_wake, &p->lock, &until);
     }
-    pthread_mutex_unlock(&p->lock);
+    SFC_POOL_UNLOCK(p);
     return NULL;
 }
 
-bool sfc_pool_init(sfc_pool *p, const sfc_options *o, char *why, size_t whylen)
+bool sfc_pool_init(sfc_pool *p, const sfc_options *o, sfc_probe_fn probe, void *probe_ctx,
+                   char *why, size_t whylen)
 {
     memset(p, 0, sizeof *p);
     if (pthread_mutex_init(&p->lock, NULL) != 0 || sf_clocks_cond_init(&p->changed) != 0 ||
@@ -194,6 +224,8 @@ bool sfc_pool_init(sfc_pool *p, const sfc_options *o, char *why, size_t whylen)
     p->try_timeout_ms = o->try_timeout_ms;
     p->backoff_ms = o->backoff_ms;
     p->backoff_max_ms = o->backoff_max_ms;
+    p->probe = probe;
+    p->probe_ctx = probe_ctx;
     snprintf(p->why_no_list, sizeof p->why_no_list, "no node is known yet");
     int rc = pthread_create(&p->prober, NULL, sfc_pool_prober, p);
     if (rc != 0) {
@@ -206,10 +238,10 @@ bool sfc_pool_init(sfc_pool *p, const sfc_options *o, char *why, size_t whylen)
 
 void sfc_pool_destroy(sfc_pool *p)
 {
-    pthread_mutex_lock(&p->lock);
+    SFC_POOL_LOCK(p);
     p->stopping = true;
     pthread_cond_broadcast(&p->probe_wake);
-    pthread_mutex_unlock(&p->lock);
+    SFC_POOL_UNLOCK(p);
     if (p->prober_started)
         pthread_join(p->prober, NULL);
     for (int i = 0; i < p->n; i++) {
@@ -222,17 +254,6 @@ void sfc_pool_destroy(sfc_pool *p)
     pthread_mutex_destroy(&p->lock);
 }
 
-/* Drops a node that left the list when no call holds it any more. Lock held; returns the
- * idle connections to close unlocked. */
-static sfc_conn *sfc_pool_drop_if_unused(sfc_server *s)
-{
-    if (s->listed || s->refs > 0)
-        return NULL;
-    sfc_conn *idle = sfc_pool_unlink_idle(s);
-    free(s);
-    return idle;
-}
-
 bool sfc_pool_set_servers(sfc_pool *p, const char *const *names, int n)
 {
     sfc_server **next = calloc(n > 0 ? (size_t)n : 1, sizeof *next);
@@ -241,14 +262,14 @@ bool sfc_pool_set_servers(sfc_pool *p, const char *const *names, int n)
     int made = 0;
     for (int i = 0; i < n; i++) {
         sfc_server *s = calloc(1, sizeof *s);
-        char why[128];
+        char why[400];
         if (s == NULL) {
             for (int j = 0; j < made; j++)
                 free(next[j]);
             free(next);
             return false;
         }
-        if (!sfc_pool_parse_server(names[i], s->host, sizeof s->host, &s->port, why, sizeof why)) {
+        if (!sf_hostport_parse(names[i], s->host, sizeof s->host, &s->port, why, sizeof why)) {
             free(s);
             continue;
         }
@@ -257,7 +278,7 @@ bool sfc_pool_set_servers(sfc_pool *p, const char *const *names, int n)
         next[made++] = s;
     }
     sfc_conn *to_close = NULL;
-    pthread_mutex_lock(&p->lock);
+    SFC_POOL_LOCK(p);
     /* Keep the node already known under each name, with its connections and backoff. */
     for (int i = 0; i < made; i++) {
         for (int j = 0; j < p->n; j++) {
@@ -288,16 +309,16 @@ bool sfc_pool_set_servers(sfc_pool *p, const char *const *names, int n)
     p->listed_once = true;
     pthread_cond_broadcast(&p->changed);
     pthread_cond_broadcast(&p->probe_wake);
-    pthread_mutex_unlock(&p->lock);
+    SFC_POOL_UNLOCK(p);
     sfc_pool_close_all(to_close);
     return true;
 }
 
 void sfc_pool_set_why_no_list(sfc_pool *p, const char *why)
 {
-    pthread_mutex_lock(&p->lock);
+    SFC_POOL_LOCK(p);
     snprintf(p->why_no_list, sizeof p->why_no_list, "%s", why);
-    pthread_mutex_unlock(&p->lock);
+    SFC_POOL_UNLOCK(p);
 }
 
 static bool sfc_pool_was_tried(const sfc_server *s, sfc_server *const *tried, int ntried)
@@ -318,53 +339,21 @@ static bool sfc_pool_wait(sfc_pool *p, int64_t deadline)
     return true;
 }
 
-sfc_server *sfc_pool_pick(sfc_pool *p, sfc_server *const *tried, int ntried, int64_t deadline,
-                          char *why, size_t whylen)
+/* A serving node not in tried, round robin; else the skipped one due soonest. Lock held. */
+static sfc_server *sfc_pool_pick(sfc_pool *p, sfc_server *const *tried, int ntried)
 {
-    pthread_mutex_lock(&p->lock);
-    while (!p->listed_once || (p->n == 0 && ntried == 0)) {
-        if (!sfc_pool_wait(p, deadline)) {
-            snprintf(why, whylen, "%s", p->listed_once ? "no node is listed" : p->why_no_list);
-            pthread_mutex_unlock(&p->lock);
-            return NULL;
-        }
-    }
-    sfc_server *pick = NULL, *fallback = NULL;
+    sfc_server *fallback = NULL;
     unsigned start = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-    for (int i = 0; i < p->n && pick == NULL; i++) {
+    for (int i = 0; i < p->n; i++) {
         sfc_server *s = p->servers[(start + (unsigned)i) % (unsigned)p->n];
         if (sfc_pool_was_tried(s, tried, ntried))
             continue;
         if (s->retry_at == 0)
-            pick = s;
-        else if (fallback == NULL || s->retry_at < fallback->retry_at)
+            return s;
+        if (fallback == NULL || s->retry_at < fallback->retry_at)
             fallback = s;
     }
-    if (pick == NULL)
-        pick = fallback;
-    if (pick != NULL)
-        pick->refs++;
-    else
-        snprintf(why, whylen, "%s", p->n == 0 ? "no node is listed" : "every node was tried");
-    pthread_mutex_unlock(&p->lock);
-    return pick;
-}
-
-void sfc_pool_release(sfc_pool *p, sfc_server *s)
-{
-    pthread_mutex_lock(&p->lock);
-    s->refs--;
-    sfc_conn *idle = sfc_pool_drop_if_unused(s);
-    pthread_mutex_unlock(&p->lock);
-    sfc_pool_close_all(idle);
-}
-
-int sfc_pool_count(sfc_pool *p)
-{
-    pthread_mutex_lock(&p->lock);
-    int n = p->n;
-    pthread_mutex_unlock(&p->lock);
-    return n;
+    return fallback;
 }
 
 /* What is left until deadline, at least 1 ms (a socket timeout of 0 would be none). */
@@ -374,16 +363,41 @@ static int sfc_ms_left(int64_t deadline)
     return left < 1 ? 1 : left > INT_MAX ? INT_MAX : (int)left;
 }
 
-sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int64_t deadline, bool *reused,
-                        bool *connect_failed, char *why, size_t whylen)
+int sfc_pool_acquire(sfc_pool *p, sfc_server *const *tried, int ntried, sfc_server *want,
+                     int64_t deadline, sfc_lease *l, char *why, size_t whylen)
 {
-    *connect_failed = false;
-    pthread_mutex_lock(&p->lock);
-    while (s->idle == NULL && s->open >= p->connections_per_server) {
+    memset(l, 0, sizeof *l);
+    SFC_POOL_LOCK(p);
+    while (want == NULL && (!p->listed_once || (p->n == 0 && ntried == 0))) {
         if (!sfc_pool_wait(p, deadline)) {
+            snprintf(why, whylen, "%s", p->listed_once ? "no node is listed" : p->why_no_list);
+            SFC_POOL_UNLOCK(p);
+            return SFC_POOL_NONE;
+        }
+    }
+    sfc_server *s = want != NULL ? want : sfc_pool_pick(p, tried, ntried);
+    if (s == NULL) {
+        snprintf(why, whylen, "%s", p->n == 0 ? "no node is listed" : "every node was tried");
+        SFC_POOL_UNLOCK(p);
+        return SFC_POOL_NONE;
+    }
+    if (want == NULL)
+        s->refs++;
+    l->server = s;
+    l->failed_as = SFC_TRY_SKIPPED;
+    int64_t now = sf_clocks_mono_ms();
+    if (deadline <= now) {
+        snprintf(why, whylen, "%s not tried: the deadline passed", s->name);
+        SFC_POOL_UNLOCK(p);
+        return SFC_POOL_NOCONN;
+    }
+    int64_t try_deadline = p->n <= 1 || deadline - now < p->try_timeout_ms
+                               ? deadline : now + p->try_timeout_ms;
+    while (s->idle == NULL && s->open >= p->connections_per_server) {
+        if (!sfc_pool_wait(p, try_deadline)) {
             snprintf(why, whylen, "all %d connections to %s stayed busy", s->open, s->name);
-            pthread_mutex_unlock(&p->lock);
-            return NULL;
+            SFC_POOL_UNLOCK(p);
+            return SFC_POOL_NOCONN;
         }
     }
     sfc_conn *c = s->idle;
@@ -391,94 +405,71 @@ sfc_conn *sfc_pool_take(sfc_pool *p, sfc_server *s, int64_t deadline, bool *reus
         s->idle = c->next;
     else
         s->open++; /* the slot of the connection about to be made */
-    pthread_mutex_unlock(&p->lock);
-    *reused = c != NULL;
-    if (c == NULL) {
-        c = sfc_conn_open(s, sfc_ms_left(deadline), why, whylen);
-        if (c == NULL) {
-            pthread_mutex_lock(&p->lock);
-            s->open--;
-            pthread_cond_broadcast(&p->changed);
-            pthread_mutex_unlock(&p->lock);
-            *connect_failed = true;
-            return NULL;
-        }
+    SFC_POOL_UNLOCK(p);
+    l->reused = c != NULL;
+    l->failed_as = SFC_TRY_BROKEN;
+    if (c == NULL && (c = sfc_conn_open(s, sfc_ms_left(try_deadline), why, whylen)) == NULL) {
+        l->reserved = true;
+        return SFC_POOL_NOCONN;
     }
     c->next = NULL;
-    int left = sfc_ms_left(deadline);
+    int left = sfc_ms_left(try_deadline);
     if (!sfc_conn_set_timeout(c, left)) {
         snprintf(why, whylen, "setting a %d ms timeout on a connection to %s failed: %s",
                  left, s->name, strerror(errno));
-        sfc_pool_discard(p, s, c);
-        return NULL;
+        sf_client_close(&c->rpc);
+        free(c);
+        l->reserved = true;
+        return SFC_POOL_NOCONN;
     }
-    return c;
+    l->conn = c;
+    return SFC_POOL_CONN;
 }
 
-void sfc_pool_drop_idle(sfc_pool *p, sfc_server *s)
+void sfc_pool_release(sfc_pool *p, sfc_lease *l, sfc_outcome out, const char *why)
 {
-    pthread_mutex_lock(&p->lock);
-    sfc_conn *idle = sfc_pool_unlink_idle(s);
-    pthread_cond_broadcast(&p->changed);
-    pthread_mutex_unlock(&p->lock);
-    sfc_pool_close_all(idle);
-}
-
-void sfc_pool_give(sfc_pool *p, sfc_server *s, sfc_conn *c)
-{
-    pthread_mutex_lock(&p->lock);
-    c->next = s->idle;
-    s->idle = c;
-    pthread_cond_broadcast(&p->changed); /* waiters for other nodes share the condition */
-    pthread_mutex_unlock(&p->lock);
-}
-
-void sfc_pool_discard(sfc_pool *p, sfc_server *s, sfc_conn *c)
-{
-    sf_client_close(&c->rpc);
-    free(c);
-    pthread_mutex_lock(&p->lock);
-    s->open--;
-    pthread_cond_broadcast(&p->changed);
-    pthread_mutex_unlock(&p->lock);
-}
-
-void sfc_pool_succeeded(sfc_pool *p, sfc_server *s)
-{
-    pthread_mutex_lock(&p->lock);
-    s->calls++;
-    if (s->retry_at != 0 || s->failures != 0) {
-        s->retry_at = 0;
-        s->failures = 0;
-        pthread_cond_broadcast(&p->changed);
+    sfc_server *s = l->server;
+    sfc_conn *c = l->conn, *to_close = NULL;
+    bool answered = out == SFC_TRY_OK || out == SFC_TRY_REFUSED || out == SFC_TRY_UNAVAILABLE ||
+                    out == SFC_TRY_CLOCK;
+    if (c != NULL && !answered) { /* broken, or a reply may still be on its way */
+        sf_client_close(&c->rpc);
+        free(c);
+        c = NULL;
+        l->reserved = true;
     }
-    pthread_mutex_unlock(&p->lock);
-}
-
-void sfc_pool_failed(sfc_pool *p, sfc_server *s, const char *why, bool close_idle)
-{
-    pthread_mutex_lock(&p->lock);
-    snprintf(s->last_error, sizeof s->last_error, "%s", why);
-    /* Concurrent calls that failed on one outage count once: the backoff doubles per
-     * failed probe, not per caller. */
-    if (s->retry_at == 0 || s->probing) {
-        int64_t wait = p->backoff_ms;
-        for (int i = 0; i < s->failures && wait < p->backoff_max_ms; i++)
-            wait *= 2;
-        if (wait > p->backoff_max_ms)
-            wait = p->backoff_max_ms;
-        s->failures++;
-        s->retry_at = sf_clocks_mono_ms() + wait;
-        pthread_cond_broadcast(&p->probe_wake);
+    SFC_POOL_LOCK(p);
+    int64_t now = sf_clocks_mono_ms();
+    if (c != NULL) {
+        c->next = s->idle;
+        s->idle = c;
     }
-    sfc_conn *idle = close_idle ? sfc_pool_unlink_idle(s) : NULL;
-    pthread_mutex_unlock(&p->lock);
-    sfc_pool_close_all(idle);
+    if (l->reserved)
+        s->open--;
+    if (c != NULL || l->reserved)
+        pthread_cond_broadcast(&p->changed); /* waiters for other nodes share the condition */
+    if (out == SFC_TRY_OK || out == SFC_TRY_REFUSED) {
+        sfc_pool_mark_up(p, s, now);
+    } else if (out == SFC_TRY_UNAVAILABLE || out == SFC_TRY_CLOCK) {
+        sfc_pool_mark_failed(p, s, why, now);
+    } else if (out == SFC_TRY_BROKEN || out == SFC_TRY_TIMEOUT) {
+        sfc_pool_mark_failed(p, s, why, now);
+        to_close = sfc_pool_unlink_idle(s); /* as likely dead as the one that failed */
+    } else if (out == SFC_TRY_STALE) {
+        to_close = sfc_pool_unlink_idle(s); /* so that the next try connects afresh */
+    }
+    if (out != SFC_TRY_STALE)
+        s->refs--;
+    sfc_conn *gone = out != SFC_TRY_STALE ? sfc_pool_drop_if_unused(s) : NULL;
+    SFC_POOL_UNLOCK(p);
+    sfc_pool_close_all(to_close);
+    sfc_pool_close_all(gone);
+    memset(l, 0, sizeof *l);
 }
 
 int sfc_pool_list(sfc_pool *p, sfc_server_state *out, int max, int *up)
 {
-    pthread_mutex_lock(&p->lock);
+    SFC_POOL_LOCK(p);
     int64_t now = sf_clocks_mono_ms();
     *up = 0;
     for (int i = 0; i < p->n; i++) {
@@ -496,6 +487,6 @@ int sfc_pool_list(sfc_pool *p, sfc_server_state *out, int max, int *up)
         snprintf(st->last_error, sizeof st->last_error, "%s", s->last_error);
     }
     int n = p->n;
-    pthread_mutex_unlock(&p->lock);
+    SFC_POOL_UNLOCK(p);
     return n;
 }

@@ -1,7 +1,8 @@
 /* prefetch.c -- the prefetch buffer: a ring of ids under one lock, filled by a fetcher
  * thread that sleeps while the buffer is more than half full or nobody asks. Checks the
  * age of every id it hands out against the local clock, so no id older than the limit
- * leaves it whatever the fetcher did. */
+ * leaves it whatever the fetcher did. A take never waits: a caller that finds it empty asks
+ * the nodes itself, so a failed refill never becomes a caller's error. */
 #define _POSIX_C_SOURCE 200809L
 #include "prefetch.h"
 
@@ -18,7 +19,6 @@
 struct sfc_prefetch {
     pthread_mutex_t lock;
     pthread_cond_t wake; /* the fetcher: ids are wanted, or stop */
-    pthread_cond_t have; /* takers: a fetch ended */
     int64_t *ring;
     int capacity, head, count;
     int batch;
@@ -27,9 +27,6 @@ struct sfc_prefetch {
     void *ctx;
     bool demand;      /* ids were taken since the last fill */
     bool stopping;
-    uint64_t fetches; /* fetches ended, for takers waiting on one */
-    int last_rc;      /* of the last fetch */
-    sfc_error last_err;
     uint64_t handed, stale, misses;
     pthread_t thread;
 };
@@ -55,12 +52,8 @@ static void *sfc_prefetch_run(void *arg)
                 pf->ring[(pf->head + pf->count + i) % pf->capacity] = got[i];
             pf->count += n;
         } else {
-            pf->last_err = err;
             pf->demand = true; /* still wanted: the next try follows a short pause */
         }
-        pf->last_rc = rc;
-        pf->fetches++;
-        pthread_cond_broadcast(&pf->have);
         if (rc != SFC_OK && !pf->stopping) {
             struct timespec pause = sf_clocks_mono_timespec(sf_clocks_mono_ms() + 20);
             pthread_cond_timedwait(&pf->wake, &pf->lock, &pause);
@@ -89,13 +82,10 @@ sfc_prefetch *sfc_prefetch_start(int capacity, int batch, int max_age_ms, int64_
     pthread_mutex_init(&pf->lock, NULL);
     int rc = sf_clocks_cond_init(&pf->wake);
     if (rc == 0)
-        rc = sf_clocks_cond_init(&pf->have);
-    if (rc == 0)
         rc = pthread_create(&pf->thread, NULL, sfc_prefetch_run, pf);
     if (rc != 0) {
         snprintf(why, whylen, "cannot set up the prefetch thread: %s", strerror(rc));
         pthread_cond_destroy(&pf->wake);
-        pthread_cond_destroy(&pf->have);
         pthread_mutex_destroy(&pf->lock);
         free(pf->ring);
         free(pf);
@@ -123,40 +113,19 @@ static bool sfc_prefetch_pop(sfc_prefetch *pf, int64_t *id)
     return false;
 }
 
-int sfc_prefetch_take(sfc_prefetch *pf, int64_t *id, int64_t deadline, sfc_error *err)
+bool sfc_prefetch_take(sfc_prefetch *pf, int64_t *id)
 {
     pthread_mutex_lock(&pf->lock);
-    bool missed = false;
-    for (;;) {
-        if (sfc_prefetch_pop(pf, id)) {
-            pf->handed++;
-            pf->demand = true;
-            if (pf->count <= pf->capacity / 2)
-                pthread_cond_signal(&pf->wake);
-            pthread_mutex_unlock(&pf->lock);
-            return 1;
-        }
-        if (missed) { /* a fetch ended and left nothing young enough */
-            int rc = pf->last_rc;
-            if (rc != SFC_OK && err != NULL)
-                *err = pf->last_err;
-            pthread_mutex_unlock(&pf->lock);
-            return rc != SFC_OK ? 0 : -1;
-        }
+    bool got = sfc_prefetch_pop(pf, id);
+    if (got)
+        pf->handed++;
+    else
         pf->misses++;
-        missed = true;
-        pf->demand = true;
+    pf->demand = true;
+    if (pf->count <= pf->capacity / 2)
         pthread_cond_signal(&pf->wake);
-        uint64_t seen = pf->fetches;
-        struct timespec until = sf_clocks_mono_timespec(deadline);
-        while (pf->fetches == seen && !pf->stopping) {
-            if (pthread_cond_timedwait(&pf->have, &pf->lock, &until) != 0 &&
-                sf_clocks_mono_ms() >= deadline) {
-                pthread_mutex_unlock(&pf->lock);
-                return -1;
-            }
-        }
-    }
+    pthread_mutex_unlock(&pf->lock);
+    return got;
 }
 
 void sfc_prefetch_counts(sfc_prefetch *pf, uint64_t *handed, uint64_t *stale, uint64_t *misses)
@@ -173,11 +142,9 @@ void sfc_prefetch_stop(sfc_prefetch *pf)
     pthread_mutex_lock(&pf->lock);
     pf->stopping = true;
     pthread_cond_broadcast(&pf->wake);
-    pthread_cond_broadcast(&pf->have);
     pthread_mutex_unlock(&pf->lock);
     pthread_join(pf->thread, NULL);
     pthread_cond_destroy(&pf->wake);
-    pthread_cond_destroy(&pf->have);
     pthread_mutex_destroy(&pf->lock);
     free(pf->ring);
     free(pf);

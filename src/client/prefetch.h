@@ -4,6 +4,7 @@
 #ifndef SFC_PREFETCH_H
 #define SFC_PREFETCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,9 +20,9 @@ typedef struct sfc_prefetch sfc_prefetch;
 sfc_prefetch *sfc_prefetch_start(int capacity, int batch, int max_age_ms, int64_t epoch_ms,
                                  sfc_fetch_fn fetch, void *ctx, char *why, size_t whylen);
 
-/* Takes one id: 1. Or 0: the fetch for it failed (err filled). Or -1: none fresh by
- * deadline (CLOCK_MONOTONIC ms), or every id fetched was already too old: ask directly. */
-int sfc_prefetch_take(sfc_prefetch *pf, int64_t *id, int64_t deadline, sfc_error *err);
+/* Takes one id young enough, without waiting; false when there is none (the fetcher is
+ * woken): the caller asks a node directly. */
+bool sfc_prefetch_take(sfc_prefetch *pf, int64_t *id);
 
 /* Ids handed out, dropped as too old, and takes that found the buffer empty. */
 void sfc_prefetch_counts(sfc_prefetch *pf, uint64_t *handed, uint64_t *stale, uint64_t *misses);

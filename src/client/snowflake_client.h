@@ -7,15 +7,19 @@
  * Thrift, are skipped). It keeps a bounded pool of framed binary connections to each node
  * and spreads calls over the nodes. A call that meets a failed connect, a broken or silent
  * connection, a closed port or ServiceUnavailable moves to another node within the call's
- * deadline; the node that failed is skipped for a backoff (doubling, capped) and then one
- * call probes it before the others use it again; when every node failed, the call tries
- * them all again after a short pause (10 ms, doubling up to 200 ms) until its deadline.
+ * deadline; the node that failed is skipped for a backoff (doubling, capped) and then a
+ * background probe (get_id, which a node that does not serve refuses) checks it before
+ * calls use it again; when every node failed, the call tries them all again after a short
+ * pause (10 ms, doubling up to 200 ms) until its deadline. A node's host name is looked up
+ * within the try's time on a thread of its own (the system's resolver; addresses kept for
+ * at most 10 s): a name that does not resolve in time is skipped like a refused connect.
  * The caller's own errors (InvalidUserAgentError, InvalidRequestError) are returned at
  * once; InvalidSystemClock is tried on one other node before it is returned.
  *
  * With prefetch on, a background thread keeps up to `prefetch` ids fetched with get_ids and
  * sfc_next_id hands them out locally, never one whose timestamp is more than max_id_age_ms
- * behind the local clock (the original's promise: ids k-sorted within a second).
+ * behind the local clock (the original's promise: ids k-sorted within a second); a call
+ * that finds none asks the nodes itself, with failover, until its own deadline.
  *
  * Every function is thread-safe and every call returns by its deadline, also when every
  * node is down (SFC_ERR_UNAVAILABLE, naming each node tried and why it failed).
@@ -52,9 +56,9 @@ typedef struct sfc_error {
 } sfc_error;
 
 typedef struct sfc_options {
-    const char *servers;          /* "host:port,..." (IPv6 as [addr]:port), or NULL */
+    const char *servers;          /* "host:port,..." (IPv6 as [addr]:port), or NULL; not "" */
     const char *zookeeper_hosts;  /* "host:port,..." of a ZooKeeper ensemble, or NULL; exactly
-                                     one of servers and zookeeper_hosts is set */
+                                     one of servers and zookeeper_hosts is set (non-NULL) */
     const char *worker_id_path;   /* where the nodes register (default "/snowflake-servers") */
     int zookeeper_session_timeout_ms; /* 1000..600000 (default 10000) */
     const char *agent;            /* the user agent sent (default "snowflake-client") */
@@ -66,8 +70,9 @@ typedef struct sfc_options {
     int backoff_ms;               /* a failed node's first skip: 1..60000 (default 100) */
     int backoff_max_ms;           /* the doubling stops here: backoff_ms..600000 (default 5000) */
     int prefetch;                 /* ids kept fetched: 0 (off, the default) or 1..1000000 */
-    int prefetch_batch;           /* ids asked per get_ids when refilling: 1..100000 (default
-                                     1000; no more than the nodes' max_batch_size) */
+    int prefetch_batch;           /* ids asked per get_ids when refilling: 1..10000, the
+                                     nodes' default max_batch_size (default 1000; no more
+                                     than the nodes' own max_batch_size) */
     int max_id_age_ms;            /* a prefetched id's age limit: 1..60000 (default 1000) */
     int64_t epoch_ms;             /* the nodes' epoch, for the age of ids (default Twitter's) */
 } sfc_options;

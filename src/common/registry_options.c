@@ -2,11 +2,11 @@
  * ones read off SF_REGISTRY_INT_OPTIONS. */
 #include "registry_options.h"
 
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "hostport.h"
 #include "option_range.h"
 #include "lib/snowflake.h"
 #include "zkpath.h"
@@ -29,10 +29,8 @@ bool sf_registry_auth_valid(const char *auth)
 
 bool sf_registry_options_check(const sf_registry_options *opts, char *err, size_t errlen)
 {
-    if (opts->hosts == NULL || opts->hosts[0] == '\0') {
-        snprintf(err, errlen, "zookeeper.hosts is empty: name at least one host:port");
+    if (!sf_hostport_list_check("zookeeper.hosts", opts->hosts, err, errlen))
         return false;
-    }
     const char *const paths[] = {opts->worker_id_path, opts->lock_path, opts->state_path};
     const char *const names[] = {"worker_id_path", "lock_path", "state_path"};
     for (int i = 0; i < 3; i++) {

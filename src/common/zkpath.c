@@ -5,10 +5,9 @@
  * holder's description. */
 #include "zkpath.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "hostport.h"
 #include "lib/snowflake.h"
 
 bool sf_zkpath_valid(const char *path, const char **why)
@@ -67,12 +66,17 @@ bool sf_zkpath_parse_embedded(const char *data, int64_t *datacenter_id)
     *datacenter_id = -1;
     const char *dc = strstr(data + prefix, "datacenter=");
     if (dc != NULL) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(dc + strlen("datacenter="), &end, 10);
-        if (errno == 0 && end != dc + strlen("datacenter=") && (*end == '\0' || *end == ' ') &&
-            v >= 0 && v <= SF_MAX_DATACENTER_ID)
-            *datacenter_id = v;
+        const char *v = dc + strlen("datacenter=");
+        char num[24], why[160];
+        size_t n = strcspn(v, " ");
+        int64_t id;
+        if (n < sizeof num) {
+            memcpy(num, v, n);
+            num[n] = '\0';
+            if (sf_decimal_parse("datacenter", num, 0, SF_MAX_DATACENTER_ID, &id, why,
+                                 sizeof why))
+                *datacenter_id = id;
+        }
     }
     return true;
 }

@@ -94,6 +94,9 @@ int sf_id_parse(const char *text, sf_id_base base, int64_t *id, sf_error *err)
     if (text[0] == '\0')
         return sf_error_fail(err, SF_ERR_ARG, "'' is not an id in base %d: it is empty",
                              (int)base);
+    if (text[0] == '-' && text[1] != '\0')
+        return sf_error_fail(err, SF_ERR_ARG, "'%s' is not an id in base %d: it is negative; "
+                             "allowed 0..%" PRId64, text, (int)base, INT64_MAX);
     uint64_t v = 0;
     for (size_t i = 0; text[i] != '\0'; i++) {
         int d = sf_id_digit(a, base, text[i]);

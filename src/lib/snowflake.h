@@ -175,9 +175,11 @@ typedef enum sf_id_base {
  * SF_ERR_ARG for a negative id, an unknown base or too small a buffer. */
 int sf_id_encode(int64_t id, sf_id_base base, char *buf, size_t len, sf_error *err);
 
-/* Reads an id written in base: leading zeros are allowed; base 32 reads both cases and
- * Crockford's aliases (o/O = 0, i/I/l/L = 1). SF_ERR_ARG naming the input and the bad
- * character, or the input and the allowed range on an overflow past INT64_MAX. */
+/* Reads an id written in base: digits of the base alone (no blanks, no sign), leading zeros
+ * allowed; base 32 reads both cases and Crockford's aliases (o/O = 0, i/I/l/L = 1).
+ * SF_ERR_ARG naming the input and the bad character, or the input and the allowed range on
+ * a negative number or an overflow past INT64_MAX. Base 10 is how every decimal of the
+ * project's tools is read. */
 int sf_id_parse(const char *text, sf_id_base base, int64_t *id, sf_error *err);
 
 /* Writes Unix ms as ISO-8601 UTC with milliseconds ("2010-11-04T01:42:54.657Z").

@@ -1,10 +1,10 @@
-/* connect.c -- opens a Thrift client socket with a bound on the connect itself, not only on reads. */
+/* connect.c -- opens a Thrift client socket with a bound on the name's lookup and the connect
+ * themselves, not only on reads. */
 #define _POSIX_C_SOURCE 200809L
 #include "connect.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/clocks.h"
+#include "resolve.h"
 
 /* Closes fd keeping errno at cause, so the caller can tell a refusal from a timeout. */
 static int fail_with(int fd, int cause)
@@ -26,9 +27,10 @@ static int fail_with(int fd, int cause)
 
 /* Starts a non-blocking connect to one address and waits for it at most wait_ms.
  * Returns the descriptor (back in blocking mode), or -1 with err filled and errno set. */
-static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t errlen)
+static int connect_one(const struct sockaddr_storage *addr, socklen_t addrlen, int wait_ms,
+                       char *err, size_t errlen)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create a socket: %s", strerror(errno));
         return -1;
@@ -39,7 +41,7 @@ static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t
         close(fd);
         return -1;
     }
-    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    int rc = connect(fd, (const struct sockaddr *)addr, addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
         int cause = errno;
         snprintf(err, errlen, "%s", strerror(cause));
@@ -71,8 +73,9 @@ static int connect_one(const struct addrinfo *ai, int wait_ms, char *err, size_t
     return fd;
 }
 
-/* ThriftSocket's own open blocks in connect() for as long as the kernel retries;
- * this bounds it, trying each resolved address within one overall deadline. */
+/* ThriftSocket's own open blocks in getaddrinfo() and connect() for as long as the resolver
+ * and the kernel retry; this bounds both, the lookup and then each address in turn within
+ * one overall deadline. */
 int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t errlen)
 {
     if (timeout_ms < 1 || port < 1 || port > 65535) {
@@ -80,31 +83,24 @@ int sf_connect_tcp(const char *host, int port, int timeout_ms, char *err, size_t
                  "(allowed >= 1)", port, timeout_ms);
         return fail_with(-1, EINVAL);
     }
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_ADDRCONFIG};
-    struct addrinfo *res = NULL;
-    int grc = getaddrinfo(host, service, &hints, &res);
-    if (grc != 0) {
-        snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(grc));
-        return fail_with(-1, EHOSTUNREACH);
-    }
     long long deadline = sf_clocks_mono_ms() + timeout_ms;
+    sf_addrs addrs;
+    if (sf_resolve(host, port, deadline, &addrs, err, errlen) != 0)
+        return -1;
     int fd = -1;
-    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+    for (int i = 0; i < addrs.n && fd < 0; i++) {
         long long left = deadline - sf_clocks_mono_ms();
         if (left <= 0) {
             snprintf(err, errlen, "no answer within %d ms", timeout_ms);
             errno = ETIMEDOUT;
             break;
         }
-        fd = connect_one(ai, (int)left, err, errlen);
+        fd = connect_one(&addrs.addr[i], addrs.len[i], (int)left, err, errlen);
     }
-    int cause = errno;
-    freeaddrinfo(res);
+    if (fd < 0 && errno == ETIMEDOUT) /* the caller's bound, not what the last address had */
+        snprintf(err, errlen, "no answer within %d ms", timeout_ms);
     if (fd < 0)
-        return fail_with(-1, cause);
+        return -1;
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {

@@ -5,27 +5,12 @@
 #include <errno.h>
 #include <glib.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
+#include "common/hostport.h"
 #include "common/registry_options.h"
 #include "sf_thrift_snowflake.h"
-
-/* Splits "host:port" (the original's node data); false if the port is not 1..65535. */
-static gboolean split_host_port(const char *host_port, char **host, int *port)
-{
-    const char *colon = strrchr(host_port, ':');
-    if (!colon || colon == host_port)
-        return FALSE;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 1 || p > 65535)
-        return FALSE;
-    *host = g_strndup(host_port, (gsize)(colon - host_port));
-    *port = (int)p;
-    return TRUE;
-}
 
 /* The sanity checks' view of a peer: its ids and clock, every step bounded by the timeout
  * so one dead peer cannot stall start-up. */
@@ -33,10 +18,10 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
                   int64_t *timestamp_ms, char *err, size_t errlen)
 {
     int timeout_ms = ctx ? *(const int *)ctx : 1000;
-    char *host = NULL;
+    char host[SF_HOSTPORT_HOST_MAX], why[400];
     int port = 0;
-    if (!split_host_port(host_port, &host, &port)) {
-        snprintf(err, errlen, "'%s' is not host:port with a port 1..65535", host_port);
+    if (!sf_hostport_parse(host_port, host, sizeof host, &port, why, sizeof why)) {
+        snprintf(err, errlen, "%s", why);
         return -1;
     }
     char cerr[256];
@@ -44,7 +29,6 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
     if (!sf_client_open(&c, host, port, timeout_ms, cerr, sizeof cerr)) {
         int refused = errno == ECONNREFUSED;
         snprintf(err, errlen, "cannot connect to %s: %s", host_port, cerr);
-        g_free(host);
         return refused ? SF_REGISTRY_PEER_REFUSED : -1;
     }
     SfThriftSnowflakeIf *client = c.api;
@@ -61,7 +45,6 @@ int sf_peer_query(void *ctx, const char *host_port, int64_t *worker_id, int64_t 
     if (error)
         g_error_free(error);
     sf_client_close(&c);
-    g_free(host);
     if (rc == 0) {
         *worker_id = w;
         *datacenter_id = d;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hostport.h"
 #include "common/option_range.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
@@ -61,13 +62,9 @@ static bool sfz_holder_valid(const char *holder)
         return false;
     if (strncmp(holder, SF_ZKPATH_EMBEDDED_PREFIX, strlen(SF_ZKPATH_EMBEDDED_PREFIX)) == 0)
         return true;
-    const char *colon = strrchr(holder, ':');
-    if (colon == NULL || colon == holder || colon[1] == '\0')
-        return false;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    return errno == 0 && *end == '\0' && port >= 1 && port <= 65535;
+    char host[SF_HOSTPORT_HOST_MAX], why[400];
+    int port;
+    return sf_hostport_parse(holder, host, sizeof host, &port, why, sizeof why);
 }
 
 /* Parses datacenter_paths ("D=/path,D=/path") into out, ordered by datacenter id; false
@@ -136,8 +133,8 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err)
 {
     char msg[SFZ_ERROR_MAX];
     const char *why = NULL;
-    if (opts->zookeeper == NULL || opts->zookeeper[0] == '\0')
-        return sfz_fail(err, SFZ_ERR_ARG, "zookeeper is empty: name at least one host:port");
+    if (!sf_hostport_list_check("zookeeper", opts->zookeeper, msg, sizeof msg))
+        return sfz_fail(err, SFZ_ERR_ARG, "%s", msg);
     if (!sf_zkpath_valid(opts->worker_id_path, &why))
         return sfz_fail(err, SFZ_ERR_ARG, "worker_id_path '%s' is not a valid ZooKeeper path "
                         "(%s): allowed an absolute path of at most %d bytes like "

@@ -24,12 +24,12 @@ check "custom epoch" '"timestamp_ms":1000,' "$out"
 out=$("$cli" decode 4194725930 abc -5 0 2>&1); rc=$?
 check "bad input exit" "1" "$rc"
 check "valid decoded before errors" "2010-11-04T01:42:55.657Z" "$out"
-check "non-numeric named" "'abc' is not an id: expected a decimal integer 0..9223372036854775807" "$out"
-check "negative named" "id -5 is negative: allowed 0..9223372036854775807" "$out"
+check "non-numeric named" "'abc' is not an id in base 10: 'a' at position 1 is not one of" "$out"
+check "negative named" "'-5' is not an id in base 10: it is negative; allowed 0..9223372036854775807" "$out"
 check "later valid id still decoded" "2010-11-04T01:42:54.657Z" "$out"
 out=$("$cli" decode 99999999999999999999 2>&1); rc=$?
 check "overflow exit" "1" "$rc"
-check "overflow named" "'99999999999999999999' is not an id" "$out"
+check "overflow named" "'99999999999999999999' in base 10 is past the largest id" "$out"
 out=$("$cli" decode --epoch 9223372036854775807 4194725930 2>&1); rc=$?
 check "huge epoch exit" "2" "$rc"
 check "huge epoch named" "--epoch '9223372036854775807' is not valid: expected ms 0..4102444800000" "$out"
@@ -112,6 +112,23 @@ out=$("$cli" encode --base62 12 -3 2>&1); rc=$?
 check "encode bad id exit" "1" "$rc"
 check "encode good id printed" "0000000000C" "$out"
 check "encode bad id named" "'-3' is not an id in base 10" "$out"
+# Every decimal is read alike: digits only, a negative id is bad input (exit 1) everywhere.
+for args in "decode" "encode --base58"; do
+  for bad in " 12" "12 " "+12" "-5" ""; do
+    out=$("$cli" $args "$bad" 2>&1); rc=$?
+    check "$args '$bad' exit" "1" "$rc"
+    check "$args '$bad' named" "'$bad' is not an id in base 10" "$out"
+  done
+done
+out=$(printf ' 12\n' | "$cli" decode 2>&1); rc=$?
+check "decode ' 12' on stdin exit" "1" "$rc"
+out=$("$cli" --servers 127.0.0.1:1 --timeout-ms ' 5' id 2>&1); rc=$?
+check "--timeout-ms ' 5' exit" "2" "$rc"
+check "--timeout-ms ' 5' named" "--timeout-ms ' 5' is not valid" "$out"
+out=$("$cli" --servers 127.0.0.1:1 --timeout-ms +5 id 2>&1); rc=$?
+check "--timeout-ms +5 exit" "2" "$rc"
+out=$("$cli" decode --epoch ' 0' 12 2>&1); rc=$?
+check "--epoch ' 0' exit" "2" "$rc"
 out=$("$cli" encode 12 2>&1); rc=$?
 check "encode without a base exit" "2" "$rc"
 out=$("$cli" --help)

@@ -57,6 +57,19 @@ out = []
 for i in range(500): out.append('a-c0 5 1 %d' % mk(1000 + 2 * i, 1, 5, 0))
 for i in range(500): out.append('b-c1 5 1 %d' % mk(1001 + 2 * i, 1, 5, 0))" > "$tmp/turns"
 expect "holders taking turns a millisecond apart overlap" 1 "999 handovers, 998 overlapping, smallest margin 1 ms" "$tmp/turns"
+# Ids from a client's prefetch buffer (node "buffer") sit among the handover's ids: no
+# handover of their own, but still counted for duplicates.
+gen "
+out = []
+for i in range(1000): out.append('a-c0 5 1 %d' % mk(1000 + i, 1, 5, 0))
+for i in range(1000): out.append('buffer-k0 5 1 %d' % mk(1000 + 2 * i, 1, 5, 1))
+for i in range(1000): out.append('b-c1 5 1 %d' % mk(2100 + i, 1, 5, 0))" > "$tmp/buffer"
+expect "buffered ids make no handover" 0 "1 handovers, 0 overlapping, smallest margin 101 ms" "$tmp/buffer"
+gen "
+out = []
+for i in range(1000): out.append('a-c0 5 1 %d' % mk(1000 + i, 1, 5, 0))
+out.append('buffer-k0 5 1 %d' % mk(1500, 1, 5, 0))" > "$tmp/bufdup"
+expect "buffered ids counted for duplicates" 1 "1 duplicates" "$tmp/bufdup"
 printf 'c0 1 1 notanumber\n' > "$tmp/bad"
 expect "malformed line" 2 "1 malformed lines" "$tmp/bad"
 out=$("$idcheck" /nonexistent 2>&1); rc=$?

@@ -51,6 +51,7 @@ START_TEST(bad_options_name_the_option_and_range)
         const char *needle;
     } cases[] = {
         {"zookeeper", "zookeeper is empty"},
+        {"zookeeper nohost", "zookeeper entry 'nohost' has no port: write host:port"},
         {"worker_id", "worker_id 32 is outside 0..31"},
         {"datacenter_id", "datacenter_id 32 is outside 0..31"},
         {"session_timeout_ms", "session_timeout_ms = 999 is outside 1000..600000"},
@@ -68,6 +69,8 @@ START_TEST(bad_options_name_the_option_and_range)
         const char *f = cases[i].field;
         if (strcmp(f, "zookeeper") == 0)
             o.zookeeper = "";
+        else if (strcmp(f, "zookeeper nohost") == 0)
+            o.zookeeper = "nohost";
         else if (strcmp(f, "worker_id") == 0)
             o.worker_id = 32;
         else if (strcmp(f, "datacenter_id") == 0)
