@@ -331,7 +331,9 @@ def discovery_follows_joins_fences_and_leaves():
             zk.ensure_path(path)
             zk.create(path + "/9", b"embedded pid=1 host=elsewhere datacenter=3",
                       ephemeral=True)
-            a = registered(path, 1)
+            # a, which no fault touches, has a session long enough that a busy machine does
+            # not let its lease run out: the calls while b is away must find it serving.
+            a = registered(path, 1, ["--set", "zookeeper.session_timeout_ms=10000"])
             wait_until(lambda: d.servers()[1].startswith(hostport(a) + ":"), sftest.PATIENCE, "a listed")
             # Listed once it holds its id; its port opens when it serves.
             wait_until(lambda: d.ask("id").split()[0] == "ok", sftest.PATIENCE, "an id from a")

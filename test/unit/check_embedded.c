@@ -366,8 +366,10 @@ START_TEST(keeps_refusing_while_fenced_then_serves_again)
     ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
     int64_t id = 0, last = 0;
     ck_assert_msg(sfz_next_id(h, &last, &err) == SFZ_OK, "%s", err.message);
-    int64_t down_at = sf_test_boot_ms();
+    /* Timed from when the server is surely gone: stopping it may take seconds on a busy
+     * machine, and renewals it confirmed meanwhile count. */
     ck_assert_int_eq(sf_test_zk_stop(&own), 0);
+    int64_t down_at = sf_test_boot_ms();
     int64_t last_ok_at = 0, fenced = 0;
     for (int64_t end = down_at + 4000; sf_test_boot_ms() < end; sf_test_sleep_ms(1)) {
         int rc = sfz_next_id(h, &id, &err);
@@ -390,10 +392,10 @@ START_TEST(keeps_refusing_while_fenced_then_serves_again)
     ck_assert_msg(!st.serving && st.reason[0] != '\0', "state serving %d", st.serving);
     ck_assert_int_eq(sf_test_zk_restart(&own), 0);
     int rc = SFZ_ERR_FENCED;
-    for (int64_t end = sf_test_boot_ms() + 20000; rc != SFZ_OK && sf_test_boot_ms() < end;
-         sf_test_sleep_ms(20))
+    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS; rc != SFZ_OK &&
+         sf_test_boot_ms() < end; sf_test_sleep_ms(20))
         rc = sfz_next_id(h, &id, &err);
-    ck_assert_msg(rc == SFZ_OK, "not serving 20 s after ZooKeeper came back: %s", err.message);
+    ck_assert_msg(rc == SFZ_OK, "not serving long after ZooKeeper came back: %s", err.message);
     ck_assert(id > last);
     sfz_stop(h);
     sf_test_zk_destroy(&own);
