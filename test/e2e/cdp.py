@@ -4,6 +4,7 @@ but the standard library: open a page, wait for what its script draws, read the 
 take a screenshot. The tests wait on what the page shows, with generous limits, instead of
 a fixed time budget. Needs Debian's chromium: missing, the test fails and says so."""
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -30,16 +31,15 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="sf-chromium-")
         to_browser_r, to_browser_w = os.pipe()
         from_browser_r, from_browser_w = os.pipe()
-        # Out of the way of 3 and 4, where the browser expects them.
-        child_in, child_out = os.dup(to_browser_r) + 0, os.dup(from_browser_w) + 0
-        for fd in (to_browser_r, from_browser_w):
-            os.close(fd)
 
         def place_fds():
-            os.dup2(child_in, 10)
-            os.dup2(child_out, 11)
-            os.dup2(10, 3)
-            os.dup2(11, 4)
+            # Copies above 4 first, then onto 3 and 4: a plain dup2 of one end could close
+            # the other when it already sits where the first goes, and the descriptors'
+            # numbers depend on what the test process holds (make's jobserver, for one).
+            child_in = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 5)
+            child_out = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 5)
+            os.dup2(child_in, 3)
+            os.dup2(child_out, 4)
 
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
@@ -47,8 +47,8 @@ class Browser:
                               "--window-size=%d,%d" % (width, height), "about:blank"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=(3, 4),
             preexec_fn=place_fds, start_new_session=True)
-        os.close(child_in)
-        os.close(child_out)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
         self.out = to_browser_w
         self.inp = from_browser_r
         self.next_id = 0
