@@ -20,6 +20,19 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-pipe"]
 
 
+def place_pipe_ends(read_end, write_end):
+    """Puts read_end on 3 and write_end on 4, where --remote-debugging-pipe expects them,
+    whatever numbers they have: copies above 4 first, as a plain dup2 of one could close the
+    other when it already sits where the first goes (their numbers depend on what the process
+    holds: make's jobserver, for one)."""
+    read_copy = fcntl.fcntl(read_end, fcntl.F_DUPFD, 5)
+    write_copy = fcntl.fcntl(write_end, fcntl.F_DUPFD, 5)
+    os.dup2(read_copy, 3)
+    os.dup2(write_copy, 4)
+    os.close(read_copy)
+    os.close(write_copy)
+
+
 class Browser:
     """One Chromium with a throwaway profile and one page; always closed by close()."""
 
@@ -33,13 +46,7 @@ class Browser:
         from_browser_r, from_browser_w = os.pipe()
 
         def place_fds():
-            # Copies above 4 first, then onto 3 and 4: a plain dup2 of one end could close
-            # the other when it already sits where the first goes, and the descriptors'
-            # numbers depend on what the test process holds (make's jobserver, for one).
-            child_in = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 5)
-            child_out = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 5)
-            os.dup2(child_in, 3)
-            os.dup2(child_out, 4)
+            place_pipe_ends(to_browser_r, from_browser_w)
 
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(

@@ -440,6 +440,30 @@ LAYOUT = """JSON.stringify(["statebox", "worker", "slotcard", "chart", "histogra
                          Math.round(r.height)]; }))"""
 
 
+def pipe_ends_land_on_3_and_4():
+    """The browser's pipe ends reach 3 and 4 from any numbers, also the ones where a copy
+    of one would close the other (read end on 11, write end on 10). In a child, so that the
+    test's own descriptors stay as they are."""
+    for read_at, write_at in ((3, 4), (4, 3), (9, 10), (11, 10), (10, 11), (5, 6)):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                r, w = os.pipe()
+                for fd, at in ((r, 40), (w, 41), (40, read_at), (41, write_at)):
+                    os.dup2(fd, at)
+                    if fd not in (read_at, write_at):
+                        os.close(fd)
+                cdp.place_pipe_ends(read_at, write_at)
+                os.write(4, b"x")
+                code = 0 if os.read(3, 1) == b"x" else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, \
+            "read end on %d, write end on %d: 3 and 4 are not one pipe" % (read_at, write_at)
+
+
 def status_page_in_chromium():
     """/ in a real browser while a client asks for ids: the tab and the heading name the
     node's host:port, the page shows the state, the worker and datacenter ids, uptime,
@@ -675,6 +699,7 @@ def main():
     r.run(promtool_checks_and_rule_tests)
     r.run(broken_rule_fails_its_tests)
     r.run(promql_parsing_finds_names)
+    r.run(pipe_ends_land_on_3_and_4)
     try:
         ZK.start()
     except AssertionError as e:
