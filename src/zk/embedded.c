@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,10 @@
 /* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
  * and "nothing listens" is 1 in both. */
 _Static_assert(SF_REGISTRY_PEER_REFUSED == 1, "sfz_peer_fn's refused code is the registry's");
+/* sfz_renewals is the registry's renewal figures under their public name. */
+_Static_assert(sizeof(sfz_renewals) == sizeof(sf_registry_renewal_stats) &&
+               offsetof(sfz_renewals, buckets) == offsetof(sf_registry_renewal_stats, buckets) &&
+               SFZ_RENEWAL_BUCKETS == SF_REGISTRY_RENEWAL_BUCKETS, "the registry's figures");
 
 struct sfz {
     char *zookeeper, *auth, *worker_id_path, *holder;
@@ -531,6 +536,16 @@ void sfz_get_stats(sfz *h, sf_worker_stats *out)
         sf_worker_get_stats(w, out);
     else
         memset(out, 0, sizeof *out);
+}
+
+void sfz_get_renewals(sfz *h, sfz_renewals *out)
+{
+    sf_registry_renewal_stats rs = {.last_ms = -1}; /* sfz_renewals's fields (asserted above) */
+    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
+    if (h->registry != NULL)
+        sf_registry_get_renewal_stats(h->registry, &rs);
+    pthread_mutex_unlock(&h->lock);
+    memcpy(out, &rs, sizeof *out);
 }
 
 void sfz_get_skew(sfz *h, sfz_skew *out)

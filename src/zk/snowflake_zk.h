@@ -204,6 +204,32 @@ void sfz_get_skew(sfz *h, sfz_skew *out);
 /* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
 void sfz_get_stats(sfz *h, sf_worker_stats *out);
 
+/* The lease's renewals: a conditional write to ZooKeeper every T/8 (T the session timeout
+ * granted), several in flight. The lease is kept through any round trip (send to the
+ * leader's confirmation) up to round_trip_limit_ms, 7/32 of T (656 ms with T = 3 s, 2.19 s
+ * with 10 s); beyond it, ids stop between confirmations. The manual's "The lease" derives
+ * it; watch the histogram to see the limit coming. The histogram's upper bounds in ms (each
+ * bucket holds the round trips <= its bound and above the one before; one more bucket holds
+ * those above the last): they resolve T/8 to T/2 for every T from 1 s to 60 s. */
+#define SFZ_RENEWAL_BUCKETS 32
+#define SFZ_RENEWAL_BOUNDS_MS                                                               \
+    { 1, 2, 5, 10, 25, 50, 100, 125, 150, 200, 250, 300, 400, 500, 625, 750, 1000, 1250,   \
+      1500, 2000, 2500, 3000, 4000, 5000, 6000, 7500, 10000, 12500, 15000, 20000, 25000,   \
+      30000 }
+
+typedef struct sfz_renewals {
+    int64_t session_timeout_ms;  /* granted by ZooKeeper (0 before the start claimed an id) */
+    int64_t round_trip_limit_ms; /* the longest round trip the lease is kept through */
+    uint64_t confirmed;          /* renewals ZooKeeper's leader confirmed */
+    uint64_t failed;             /* renewals that got no confirmation */
+    int64_t sum_ms;              /* of the confirmed ones' round trips */
+    int64_t last_ms;             /* the last confirmed one's, -1 before the first */
+    uint64_t buckets[SFZ_RENEWAL_BUCKETS + 1]; /* the round trips, per bound (not cumulative) */
+} sfz_renewals;
+
+/* The renewals' figures now. Thread-safe; cheap (a copy under a lock). */
+void sfz_get_renewals(sfz *h, sfz_renewals *out);
+
 /* A descriptor that becomes readable on every transition: poll it, then call
  * sfz_read_state_fd (which makes it unreadable again until the next transition) and
  * sfz_get_state. Owned by the handle. */
