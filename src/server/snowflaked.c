@@ -263,7 +263,8 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
 /* The port follows the registration: the registration has already shut its fence when it
  * says it does not serve (nothing may delay that), so this only closes the port (connects
  * refused, open connections closed unanswered: a refusal made meanwhile is withheld, see
- * sf_daemon_withhold_replies), or opens it once serving. Runs on the registration's thread;
+ * sf_daemon_withhold_replies), or opens it once serving. Runs on the registration's callback
+ * thread, never the one that renews the lease: its wait for the port delays no renewal;
  * once stopping, the port never opens again. */
 static void sf_daemon_on_state(void *ctx, const sfz_state *st)
 {

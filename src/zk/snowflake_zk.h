@@ -69,11 +69,19 @@ typedef int (*sfz_peer_fn)(void *ctx, const char *host_port, int64_t *worker_id,
                            int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                            size_t errlen);
 
-/* Told of every transition (and of a new reason while fenced), from the handle's own thread;
- * must not call sfz_stop. */
+/* Told of every transition (and of a new reason while fenced). The handle makes its
+ * callbacks (this and log) from a thread of its own, one at a time in the order they came,
+ * never from the thread that renews the lease: one that takes its time (a log on a stalled
+ * disk, an on_state that waits for a port) delays only the callbacks after it, never the
+ * lease, and the ids are fenced or served at the transition itself, not when the callback
+ * runs. At most SFZ_CALLBACKS_QUEUED wait; a log line beyond that is dropped (counted in a
+ * warning once there is room), a state never is (the newest waiting one is replaced). Must
+ * not call sfz_stop, which waits for the callbacks queued before it. */
 typedef void (*sfz_state_fn)(void *ctx, const sfz_state *state);
+#define SFZ_CALLBACKS_QUEUED 64
 
-/* Messages for the operator: level is "error", "warning" or "info". NULL = standard error. */
+/* Messages for the operator: level is "error", "warning" or "info". NULL = standard error
+ * (written from the callbacks' thread too). */
 typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
 
 /* X(field, min, max, default) for every integer option. */

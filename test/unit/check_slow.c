@@ -1,7 +1,8 @@
 /* check_slow.c -- libsnowflake-zk, through its public header only, against a real ZooKeeper
  * server that answers slowly (a proxy delays every byte each way) and under application
  * callbacks that take their time: the lease is kept through round trips up to the limit the
- * session timeout allows, and the renewals' round trips are measured. */
+ * session timeout allows, no slow callback delays a renewal, and the renewals' round trips
+ * are measured. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include <check.h>
 #include <inttypes.h>
@@ -245,6 +246,51 @@ START_TEST(start_near_the_round_trip_limit)
 }
 END_TEST
 
+/* An on_state that sleeps 2 s (two thirds of the session timeout) on every call. */
+static void slow_on_state(void *ctx, const sfz_state *state)
+{
+    (void)ctx;
+    (void)state;
+    sf_test_sleep_ms(2000);
+}
+
+/* A log sink that sleeps 2 s on the line that says serving began. */
+static void slow_log(void *ctx, const char *level, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "slow sink %s: %s\n", level, message);
+    if (strstr(message, "-> serving") != NULL)
+        sf_test_sleep_ms(2000);
+}
+
+/* Starts a holder with a 3 s session and the given callbacks and asks for ids for 6 s: no
+ * refusal after the first id, since no callback may delay a renewal. */
+static sfz_options callback_o;
+
+static void serve_with_callbacks(caller *seen)
+{
+    sfz_error err;
+    ck_assert_msg(sfz_start(&callback_o, &slow_h, &err) == SFZ_OK, "%s", err.message);
+    slow_run(slow_h, NULL, 0, 6000, seen);
+    sfz_stop(slow_h);
+}
+
+START_TEST(slow_on_state_delays_no_renewal)
+{
+    test_options(&callback_o, zk.hosts, "/s-on-state", 3000);
+    callback_o.on_state = slow_on_state;
+    CHECK_RUNS("an on_state that sleeps 2 s", 3000 * 7 / 32, serve_with_callbacks);
+}
+END_TEST
+
+START_TEST(slow_log_sink_delays_no_renewal)
+{
+    test_options(&callback_o, zk.hosts, "/s-log", 3000);
+    callback_o.log = slow_log;
+    CHECK_RUNS("a log sink that sleeps 2 s", 3000 * 7 / 32, serve_with_callbacks);
+}
+END_TEST
+
 static Suite *slow_suite(void)
 {
     Suite *s = suite_create("slow");
@@ -252,6 +298,8 @@ static Suite *slow_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, slow_round_trips_keep_serving);
     tcase_add_test(tc, start_near_the_round_trip_limit);
+    tcase_add_test(tc, slow_on_state_delays_no_renewal);
+    tcase_add_test(tc, slow_log_sink_delays_no_renewal);
     suite_add_tcase(s, tc);
     return s;
 }
