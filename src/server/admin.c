@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "admin_value.h"
 #include "common/bindaddr.h"
 #include "ratelog.h"
 #include "status_page.h"
@@ -122,10 +123,10 @@ static void sf_admin_histogram_rows(GString *out, const sf_admin_histogram *h,
 static void sf_admin_histogram_text_row(GString *out, const sf_admin_histogram *h,
                                         const int64_t *le, uint64_t cumulative)
 {
-    (void)h;
+    char v[SF_ADMIN_VALUE_MAX];
     if (le != NULL)
-        g_string_append_printf(out, "le_%" G_GINT64_FORMAT "=%" G_GUINT64_FORMAT ", ", *le,
-                               cumulative);
+        g_string_append_printf(out, "le_%s=%" G_GUINT64_FORMAT ", ",
+                               sf_admin_value(h->name, *le, v), cumulative);
     else
         g_string_append_printf(out, "count=%" G_GUINT64_FORMAT ", ", cumulative);
 }
@@ -133,9 +134,10 @@ static void sf_admin_histogram_text_row(GString *out, const sf_admin_histogram *
 static void sf_admin_histogram_prom_row(GString *out, const sf_admin_histogram *h,
                                         const int64_t *le, uint64_t cumulative)
 {
+    char v[SF_ADMIN_VALUE_MAX];
     if (le != NULL)
-        g_string_append_printf(out, "snowflake_%s_bucket{le=\"%" G_GINT64_FORMAT "\"} %"
-                               G_GUINT64_FORMAT "\n", h->name, *le, cumulative);
+        g_string_append_printf(out, "snowflake_%s_bucket{le=\"%s\"} %" G_GUINT64_FORMAT "\n",
+                               h->name, sf_admin_value(h->name, *le, v), cumulative);
     else
         g_string_append_printf(out, "snowflake_%s_bucket{le=\"+Inf\"} %" G_GUINT64_FORMAT
                                "\nsnowflake_%s_count %" G_GUINT64_FORMAT "\n", h->name,
@@ -282,7 +284,8 @@ static char *sf_admin_render_json(const sf_admin_snapshot *snap)
                 g_string_append_c(out, ',');
             first = FALSE;
             sf_admin_json_string(out, key);
-            g_string_append_printf(out, ":%" G_GINT64_FORMAT, item->value);
+            char v[SF_ADMIN_VALUE_MAX];
+            g_string_append_printf(out, ":%s", sf_admin_value(item->name, item->value, v));
             g_free(key);
         }
         g_string_append_c(out, '}');
@@ -313,8 +316,9 @@ static char *sf_admin_render_text(const sf_admin_snapshot *snap)
             const sf_admin_item *item = &g_array_index(snap->items, sf_admin_item, i);
             if (item->kind != kinds[k])
                 continue;
-            char *key = sf_admin_item_key(item);
-            g_string_append_printf(out, "  %s: %" G_GINT64_FORMAT "\n", key, item->value);
+            char *key = sf_admin_item_key(item), v[SF_ADMIN_VALUE_MAX];
+            g_string_append_printf(out, "  %s: %s\n", key,
+                                   sf_admin_value(item->name, item->value, v));
             g_free(key);
         }
     }
@@ -330,7 +334,8 @@ static char *sf_admin_render_text(const sf_admin_snapshot *snap)
         const sf_admin_histogram *h = &g_array_index(snap->histograms, sf_admin_histogram, i);
         g_string_append_printf(out, "  %s: (", h->name);
         sf_admin_histogram_rows(out, h, sf_admin_histogram_text_row);
-        g_string_append_printf(out, "sum=%" G_GINT64_FORMAT ")\n", h->sum);
+        char v[SF_ADMIN_VALUE_MAX];
+        g_string_append_printf(out, "sum=%s)\n", sf_admin_value(h->name, h->sum, v));
     }
     return g_string_free(out, FALSE);
 }
@@ -372,7 +377,8 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
             sf_admin_prom_label(out, item->label);
             g_string_append(out, "\"}");
         }
-        g_string_append_printf(out, " %" G_GINT64_FORMAT "\n", item->value);
+        char v[SF_ADMIN_VALUE_MAX];
+        g_string_append_printf(out, " %s\n", sf_admin_value(item->name, item->value, v));
         g_free(metric);
     }
     if (snap->timings->len > 0)
@@ -407,7 +413,9 @@ static char *sf_admin_render_prometheus(const sf_admin_snapshot *snap)
         g_string_append_printf(out, "# HELP snowflake_%s %s\n# TYPE snowflake_%s histogram\n",
                                h->name, h->help, h->name);
         sf_admin_histogram_rows(out, h, sf_admin_histogram_prom_row);
-        g_string_append_printf(out, "snowflake_%s_sum %" G_GINT64_FORMAT "\n", h->name, h->sum);
+        char v[SF_ADMIN_VALUE_MAX];
+        g_string_append_printf(out, "snowflake_%s_sum %s\n", h->name,
+                               sf_admin_value(h->name, h->sum, v));
     }
     g_string_append_printf(out,
                            "# HELP snowflake_serving 1 while ids are handed out\n"

@@ -19,7 +19,9 @@ typedef void (*sf_admin_collect_fn)(sf_admin_snapshot *snap, void *ctx);
 
 /* Adds one figure. name is [a-z_]+ (e.g. "ids_generated"); label, when not
  * NULL, is a user agent: /stats.json shows it as "<name>_<label>", /metrics
- * as snowflake_<name>{agent="<label>"}. help is one line for /metrics. */
+ * as snowflake_<name>{agent="<label>"}. help is one line for /metrics. A figure
+ * whose name ends in "_seconds" (a gauge, or a histogram below) is given in ms
+ * and shown in seconds (admin_value.h). */
 void sf_admin_snapshot_add(sf_admin_snapshot *snap, sf_admin_kind kind, const char *name,
                            const char *label, int64_t value, const char *help);
 

@@ -88,12 +88,17 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
     sf_daemon *d = ctx;
     sfz_skew skew;
+    sfz_renewals renewals;
     g_mutex_lock(&d->stop_lock); /* d->zk is set and cleared under the lock */
     gboolean registered = d->zk != NULL;
-    if (registered)
+    if (registered) {
         sfz_get_skew(d->zk, &skew);
+        sfz_get_renewals(d->zk, &renewals);
+    }
     g_mutex_unlock(&d->stop_lock);
     sf_metrics_collect(snap, d->handler, d->server, d->audit, registered ? &skew : NULL);
+    if (registered)
+        sf_metrics_add_renewals(snap, &renewals);
 }
 
 /* Routes SIGTERM and SIGINT to a signalfd read by the main loop, so no code
