@@ -198,6 +198,7 @@ bool sf_reg_resync(sf_registry *r, int64_t id);
 
 /* registry_renew.c: the renewals and the lease they certify. */
 void sf_reg_granted(sf_registry *r, int granted_ms);
+void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed);
 bool sf_reg_renew_due(const sf_registry *r, int64_t now);
 int64_t sf_reg_renew_wake(const sf_registry *r);
 bool sf_reg_renew_if_due(sf_registry *r, int64_t id);

@@ -100,6 +100,15 @@ static void sf_reg_count_round_trip(sf_registry *r, int64_t ms)
     r->recent_rtt[r->recent_count++ % SF_REG_RECENT] = ms;
 }
 
+/* Frees the slots of renewals sent on a handle now closed: zookeeper_close has run every
+ * completion it will (with ZCLOSING), so none comes for them any more. Lock held. */
+void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed)
+{
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        if (r->renewals[i].zh == closed)
+            r->renewals[i].used = false;
+}
+
 /* The renewals sent on the current handle and not answered yet. Lock held. */
 static int sf_reg_in_flight(const sf_registry *r)
 {
@@ -171,21 +180,32 @@ static void sf_reg_renew_done(int rc, const void *data)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* True when a renewal may go out now: connected, on its beat, a slot free, no failed run
- * still draining, and no re-read of our nodes waiting for the renewals in flight. Lock held. */
-bool sf_reg_renew_due(const sf_registry *r, int64_t now)
+/* The renewal slots in use, whatever handle they were sent on. Lock held. */
+static int sf_reg_slots_used(const sf_registry *r)
 {
-    if (!r->zh || !r->connected || now < r->next_renew)
-        return false;
-    int in_flight = sf_reg_in_flight(r);
-    return in_flight < SF_REG_IN_FLIGHT && !((r->pipe_broken || r->resync) && in_flight > 0);
+    int n = 0;
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        n += r->renewals[i].used;
+    return n;
 }
 
-/* When the next renewal is due (boot ms), for a thread that sleeps until then; an answer
- * that frees the way wakes it earlier. Lock held. */
+/* When the next renewal may go out (boot ms): on its beat, while connected, a slot free, no
+ * failed run still draining and no re-read of our nodes waiting for the renewals in flight;
+ * INT64_MAX while one of those holds it back (the answer that frees the way wakes the
+ * waiters). Lock held. */
 int64_t sf_reg_renew_wake(const sf_registry *r)
 {
-    return r->zh && r->connected ? r->next_renew : INT64_MAX;
+    if (!r->zh || !r->connected || sf_reg_slots_used(r) == SF_REG_IN_FLIGHT)
+        return INT64_MAX;
+    if ((r->pipe_broken || r->resync) && sf_reg_in_flight(r) > 0)
+        return INT64_MAX;
+    return r->next_renew;
+}
+
+/* True when a renewal may go out now. Lock held. */
+bool sf_reg_renew_due(const sf_registry *r, int64_t now)
+{
+    return sf_reg_renew_wake(r) <= now;
 }
 
 /* Sends the renewal that is due, re-reading our nodes first when a renewal met a changed
