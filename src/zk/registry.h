@@ -51,7 +51,8 @@
  * cannot expire the session before a_i + T >= s_i + T. The latest such s_i is the anchor.
  * Send times alone would not do: a renewal held in the socket (a stalled link, a TCP
  * retransmission) arrives with the ones sent after it, in one ping interval, and the leader
- * may apply them all before it hears of any; a renewal held T/4 would certify itself.
+ * may apply them all before it hears of any (held T/4, it would count as certified by the
+ * next one, sent T/4 after it but arriving right behind it).
  *   - a new session is created by the leader after zookeeper_init was called: that call is
  *     the session's first anchor;
  *   - a renewal certifies only confirmed renewals of its own connection (a reconnection
@@ -62,8 +63,9 @@
  *     which differ by far less than the 6 % that would eat it.
  * Renewals go out every RENEW = T/8 (or state_interval_ms if shorter), whether or not
  * earlier ones are still in flight: ZooKeeper answers a session's requests in order. With
- * every round trip (send to confirmation) at most R, the lease holds throughout once
- * 2R + REPORT + 2 RENEW <= LEASE, that is up to
+ * every renewal confirmed, on one connection, within R of being sent, the lease holds
+ * without a gap (from 2R + REPORT + 2 RENEW after the renewals began) if
+ * 2R + REPORT + 2 RENEW <= LEASE, that is for R up to
  *     ROUND_TRIP_LIMIT = (LEASE - REPORT - 2 RENEW) / 2 = 7T/32
  * (656 ms with T = 3 s, 2.19 s with the default 10 s): at any moment t, the renewal j sent
  * last before t - R was sent after t - R - RENEW and is confirmed by t; the one sent last
