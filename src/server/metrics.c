@@ -120,6 +120,20 @@ static void sf_metrics_add_health(sf_admin_snapshot *snap, SfHandler *handler,
     sf_admin_snapshot_set_state(snap, &st);
 }
 
+void sf_metrics_add_renewals(sf_admin_snapshot *snap, const sfz_renewals *rn)
+{
+    static const int64_t bounds[SFZ_RENEWAL_BUCKETS] = SFZ_RENEWAL_BOUNDS_MS;
+    sf_admin_snapshot_add_histogram(snap, "zookeeper_renewal_ms", "Round trip of each lease "
+                                    "renewal, from sending it to the confirmation of "
+                                    "ZooKeeper's leader", bounds, rn->buckets,
+                                    SFZ_RENEWAL_BUCKETS, rn->sum_ms);
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, "zookeeper_renewal_failures", NULL,
+                          (int64_t)rn->failed, "Lease renewals that got no confirmation");
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, "zookeeper_session_timeout_ms", NULL,
+                          rn->session_timeout_ms, "Session timeout T ZooKeeper granted: the "
+                          "lease holds through renewal round trips up to 7T/32");
+}
+
 void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
                         sf_audit *audit, const sfz_skew *skew)
 {

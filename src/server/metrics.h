@@ -14,4 +14,10 @@
 void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *server,
                         sf_audit *audit, const sfz_skew *skew);
 
+/* Adds the lease renewals' figures of a registered node: their round trips as the histogram
+ * snowflake_zookeeper_renewal_seconds, the failed ones, and the session timeout they are
+ * judged by, snowflake_zookeeper_session_timeout_seconds (the lease holds through round trips
+ * up to 7/32 of it). */
+void sf_metrics_add_renewals(sf_admin_snapshot *snap, const sfz_renewals *renewals);
+
 #endif /* SF_METRICS_H */

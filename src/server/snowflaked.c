@@ -92,12 +92,17 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
 {
     sf_daemon *d = ctx;
     sfz_skew skew;
+    sfz_renewals renewals;
     g_mutex_lock(&d->stop_lock); /* d->zk is set and cleared under the lock */
     gboolean registered = d->zk != NULL;
-    if (registered)
+    if (registered) {
         sfz_get_skew(d->zk, &skew);
+        sfz_get_renewals(d->zk, &renewals);
+    }
     g_mutex_unlock(&d->stop_lock);
     sf_metrics_collect(snap, d->handler, d->server, d->audit, registered ? &skew : NULL);
+    if (registered)
+        sf_metrics_add_renewals(snap, &renewals);
 }
 
 /* One sample of the history: ids handed out so far, and whether ids are served. */
@@ -290,7 +295,8 @@ static void sf_daemon_registry_log(void *ctx, const char *level, const char *mes
 /* The port follows the registration: the registration has already shut its fence when it
  * says it does not serve (nothing may delay that), so this only closes the port (connects
  * refused, open connections closed unanswered: a refusal made meanwhile is withheld, see
- * sf_daemon_withhold_replies), or opens it once serving. Runs on the registration's thread;
+ * sf_daemon_withhold_replies), or opens it once serving. Runs on the registration's callback
+ * thread, never the one that renews the lease: its wait for the port delays no renewal;
  * once stopping, the port never opens again. */
 static void sf_daemon_on_state(void *ctx, const sfz_state *st)
 {

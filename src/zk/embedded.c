@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "common/registry_options.h"
 #include "common/zkpath.h"
 #include "embedded_health.h"
+#include "embedded_notify.h"
 #include "embedded_options.h"
 #include "embedded_skew.h"
 #include "fence.h"
@@ -31,6 +33,11 @@
 /* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
  * and "nothing listens" is 1 in both. */
 _Static_assert(SF_REGISTRY_PEER_REFUSED == 1, "sfz_peer_fn's refused code is the registry's");
+/* sfz_renewals is the registry's renewal figures under their public name. */
+_Static_assert(sizeof(sfz_renewals) == sizeof(sf_registry_renewal_stats) &&
+               offsetof(sfz_renewals, buckets) == offsetof(sf_registry_renewal_stats, buckets) &&
+               SFZ_RENEWAL_BUCKETS == SF_REGISTRY_RENEWAL_BUCKETS, "the registry's figures");
+_Static_assert(SFZ_CALLBACKS_QUEUED == SFZ_NOTIFY_QUEUE, "the callbacks' queue");
 
 struct sfz {
     char *zookeeper, *auth, *worker_id_path, *holder;
@@ -49,6 +56,7 @@ struct sfz {
     int event_fd;                /* readable after a transition, until sfz_read_state_fd */
     pthread_mutex_t transition;  /* one transition at a time: the registry's or the skew's */
     sfz_skew_watch *skew;        /* the live clock check; NULL without query_peer */
+    sfz_notifier *notifier;      /* makes the application's callbacks, never the registry */
 };
 
 void sfz_set_client_logging(bool verbose)
@@ -64,10 +72,7 @@ static void sfz_log_line(sfz *h, const char *level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (h->o.log != NULL)
-        h->o.log(h->o.log_ctx, level, line);
-    else
-        fprintf(stderr, "snowflake-zk %s: %s\n", level, line);
+    sfz_notifier_log(h->notifier, level, line);
 }
 
 /* The worker for id, made on first use and published to the fence at once (which owns it
@@ -108,8 +113,7 @@ static void sfz_set_state(sfz *h, bool serving, const char *reason)
     uint64_t one = 1;
     if (write(h->event_fd, &one, sizeof one) != (ssize_t)sizeof one && errno != EAGAIN)
         sfz_log_line(h, "warning", "cannot signal the state descriptor: %s", strerror(errno));
-    if (h->o.on_state != NULL)
-        h->o.on_state(h->o.state_ctx, &copy);
+    sfz_notifier_state(h->notifier, &copy);
 }
 
 /* The registry's transitions: serving publishes the worker for the id held (its floor
@@ -243,9 +247,12 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
              sfz_parse_datacenters(opts->datacenter_paths, h->dcs, msg, sizeof msg);
     }
     h->fence = ok ? sf_fence_new() : NULL;
-    if (h->fence == NULL) {
+    h->notifier = h->fence != NULL ? sfz_notifier_start(opts->log, opts->log_ctx, opts->on_state,
+                                                        opts->state_ctx) : NULL;
+    if (h->notifier == NULL) {
         sfz_stop(h);
-        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory copying the options");
+        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory copying the options or starting the "
+                        "thread that makes the callbacks");
     }
     h->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (h->event_fd < 0) {
@@ -547,6 +554,16 @@ void sfz_get_stats(sfz *h, sf_worker_stats *out)
         memset(out, 0, sizeof *out);
 }
 
+void sfz_get_renewals(sfz *h, sfz_renewals *out)
+{
+    sf_registry_renewal_stats rs = {.last_ms = -1}; /* sfz_renewals's fields (asserted above) */
+    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
+    if (h->registry != NULL)
+        sf_registry_get_renewal_stats(h->registry, &rs);
+    pthread_mutex_unlock(&h->lock);
+    memcpy(out, &rs, sizeof *out);
+}
+
 void sfz_get_skew(sfz *h, sfz_skew *out)
 {
     pthread_mutex_lock(&h->lock);
@@ -581,6 +598,7 @@ void sfz_stop(sfz *h)
     sfz_skew_stop(h->skew); /* first: it reads through the registry */
     if (h->registry != NULL)
         sf_registry_close(h->registry); /* fences first, then records the last timestamp */
+    sfz_notifier_stop(h->notifier); /* the calls still queued are made first */
     sf_fence_free(h->fence); /* and every worker: each was published to it when made */
     if (h->event_fd >= 0)
         close(h->event_fd);

@@ -6,8 +6,8 @@
  * and queueing the reports the caller's callbacks receive. This file holds the public calls
  * and the registry's thread, which acts on the state it finds: opens a session while
  * CONNECTING (registry_session.c), claims while CLAIMING (registry_claim.c), waits for the
- * recorded timestamp and the first lease while WAITING_FLOOR, renews the lease while SERVING
- * (registry_lease.c), and schedules the next try while FENCED.
+ * recorded timestamp (registry_lease.c) and the first lease while WAITING_FLOOR, renews the
+ * lease while SERVING (registry_renew.c), and schedules the next try while FENCED.
  * The registry knows nothing of sockets: peers are queried through the caller's callback. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
@@ -69,6 +69,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->state_value = -1;
     r->own_value = -1;
     r->base_floor = -1;
+    r->stats.last_ms = -1;
     r->negotiated_ms = opts->session_timeout_ms;
     r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
     r->state = SF_REG_CONNECTING;
@@ -186,10 +187,9 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
         return;
     }
     if (!sf_reg_renew_and_wait(r, id, kept ? "claimed again (the session survived)"
-                                            : "claimed again")) {
+                                            : "claimed again", err, sizeof err)) {
         pthread_mutex_lock(&r->mu);
-        sf_reg_step(r, SF_REG_EV_FAILED, "the first lease on the claimed worker id was not "
-                    "confirmed by ZooKeeper's leader; will claim again");
+        sf_reg_step(r, SF_REG_EV_FAILED, err);
         pthread_mutex_unlock(&r->mu);
     }
 }
@@ -221,19 +221,14 @@ static void *sf_reg_thread(void *arg)
             sf_reg_retry_unlock(r);
             continue;
         }
-        if (state == SF_REG_SERVING && r->connected && !r->renewal.in_flight &&
-            now >= r->next_renew) {
-            int64_t id = r->held_id;
-            bool resync = r->resync;
+        if (state == SF_REG_SERVING && sf_reg_renew_if_due(r, r->held_id)) {
             pthread_mutex_unlock(&r->mu);
-            if (!resync || sf_reg_resync(r, id))
-                sf_reg_renew_send(r, id, false);
             continue;
         }
         int64_t wake = now + 1000;
         if (state == SF_REG_SERVING) {
-            if (r->connected && !r->renewal.in_flight && r->next_renew < wake)
-                wake = r->next_renew;
+            if (sf_reg_renew_wake(r) < wake)
+                wake = sf_reg_renew_wake(r);
             if (!r->connected && r->disconnected_since + sf_registry_grace_ms(r->negotiated_ms) < wake)
                 wake = r->disconnected_since + sf_registry_grace_ms(r->negotiated_ms);
             if (r->lease_until > 0 && r->lease_until < wake)
@@ -259,10 +254,11 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
     int64_t id = r->held_id;
     pthread_mutex_unlock(&r->mu);
     /* The first lease comes before serving is reported: on_state(serving) carries it. */
-    if (!held || !sf_reg_renew_and_wait(r, id, "worker id claimed")) {
+    char why[SF_REGISTRY_ERR_MAX] = "the ZooKeeper session was lost before serving began";
+    if (!held || !sf_reg_renew_and_wait(r, id, "worker id claimed", why, sizeof why)) {
         pthread_mutex_lock(&r->mu);
         if (r->state != SF_REG_FENCED)
-            sf_reg_step(r, SF_REG_EV_FAILED, "the ZooKeeper session was lost before serving began");
+            sf_reg_step(r, SF_REG_EV_FAILED, why);
         else
             sf_reg_queue_fenced(r, r->reason, true);
         pthread_mutex_unlock(&r->mu);

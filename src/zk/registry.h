@@ -25,32 +25,64 @@
 /* The lease: when a node may still hand out ids, from what it can know of when ZooKeeper's
  * leader may expire its session, with T the session timeout granted now.
  *
- * The leader expires a session T after the last activity of it that the leader has heard of
- * (rounded up to a tick). A follower does not tell the leader of a session's activity when
- * it forwards the session's write: it reports the activity of its sessions in its answer to
- * the leader's ping, every tickTime/2. Those answers and the forwarded writes travel on one
- * connection in order, so when the leader applies our write R, it has heard of every request
- * of ours that reached the follower one ping before R did. ZooKeeper grants no session
- * shorter than 2 tickTime by default, so a ping comes at least every T/4 (REPORT). Hence:
- *   - a renewal confirmed on a connection certifies every earlier confirmed renewal sent on
- *     that connection at least REPORT before it: the leader's expiry of our session is no
- *     earlier than T after the latest such send time, the anchor;
+ * What ZooKeeper does. The leader expires a session T after the last activity of it that the
+ * leader has heard of (rounded up to its next tick, which only makes it later). A server
+ * notes a session's activity when a request of the session arrives. The leader (or a
+ * standalone server) hears at once of what arrives at itself; a follower does not tell the
+ * leader of the activity when it forwards the session's write, but reports what arrived
+ * since its last report in its answer to the leader's next ping. Those answers and the
+ * forwarded writes go to the leader on one connection, in order; a session's requests reach
+ * its server in the order sent, on one TCP connection. Assumed (REPORT = T/4): a follower
+ * answers a ping at least every T/4. The leader pings every tickTime/2 and grants no session
+ * shorter than minSessionTimeout, 2 tickTime by default, so this holds while the pings'
+ * delay from the leader to the follower varies by less than T/4 - tickTime/2 (0 at the
+ * minimum session timeout, 500 ms with the default tickTime of 2 s and T = 10 s). An
+ * observer that reaches the leader through a follower (observerMasterPort) is two such
+ * hops, each answered every tickTime/2: it needs tickTime + both variations <= T/4, e.g.
+ * minSessionTimeout >= 5 tickTime on that observer. The registry cannot ask a server for
+ * its role or tickTime (ZooKeeper tells those only to four-letter words and its admin
+ * server, not to clients), so the manual says this where it lists the assumptions.
+ *
+ * Certification. Let renewal i be sent at s_i and its confirmation arrive at c_i, and a
+ * confirmed renewal j of the same connection be sent at s_j >= c_i + REPORT. i arrived at
+ * the server at a_i, s_i <= a_i <= c_i (it was answered after it arrived); j at a_j >= s_j,
+ * so a_j - a_i >= REPORT: the server answered a ping in between, reporting i, before it
+ * forwarded j, and the leader had heard of i when it applied j. From then on the leader
+ * cannot expire the session before a_i + T >= s_i + T. The latest such s_i is the anchor.
+ * Send times alone would not do: a renewal held in the socket (a stalled link, a TCP
+ * retransmission) arrives with the ones sent after it, in one ping interval, and the leader
+ * may apply them all before it hears of any (held T/4, it would count as certified by the
+ * next one, sent T/4 after it but arriving right behind it).
  *   - a new session is created by the leader after zookeeper_init was called: that call is
  *     the session's first anchor;
- *   - a lease lasts LEASE = 2T/3 from the anchor, never from the renewal that confirmed it,
- *     and comes from renewals on one connection only (a reconnection starts over: what the
- *     old follower saw may never reach the leader).
- * In steady state, with a renewal every RENEW = T/8, the anchor is two renewals back and a
- * renewal yields a lease until 5T/12 after its send time: T/3 before the earliest expiry
- * the leader may apply. After a pause (a stalled or stopped process, a slow link) or a
- * reconnection, the lease rests on the last renewal before it (the one renewal at waking
- * certifies it; a new connection certifies nothing until its second renewal) and ends 2T/3
- * after that: a node whose renewals stopped for longer refuses ids until two renewals on one
- * connection, one REPORT apart (T/4: 2.5 s with the default T of 10 s), certify a fresh
- * anchor. That is what it costs. Serving begins only with a lease that has REPORT left, so
- * that the renewals to come can certify the next anchor in time: a new session's first
- * lease costs nothing when the claim takes less than 5T/12; otherwise serving starts one
- * REPORT later.
+ *   - a renewal certifies only confirmed renewals of its own connection (a reconnection
+ *     starts over: what the old server saw may never reach the leader);
+ *   - the lease lasts LEASE = 15T/16 from the anchor, never from the renewal that confirmed
+ *     it. The leader expires the session no earlier than T after the anchor, measured on its
+ *     monotonic clock, the lease on our boot clock: T/16 is the margin for their rates,
+ *     which differ by far less than the 6 % that would eat it.
+ * Renewals go out every RENEW = T/8 (or state_interval_ms if shorter), whether or not
+ * earlier ones are still in flight: ZooKeeper answers a session's requests in order. With
+ * every renewal confirmed, on one connection, within R of being sent, the lease holds
+ * without a gap (from 2R + REPORT + 2 RENEW after the renewals began) if
+ * 2R + REPORT + 2 RENEW <= LEASE, that is for R up to
+ *     ROUND_TRIP_LIMIT = (LEASE - REPORT - 2 RENEW) / 2 = 7T/32
+ * (656 ms with T = 3 s, 2.19 s with the default 10 s): at any moment t, the renewal j sent
+ * last before t - R was sent after t - R - RENEW and is confirmed by t; the one sent last
+ * before s_j - REPORT - R was sent after s_j - REPORT - R - RENEW and confirmed by
+ * s_j - REPORT, so j certifies it, and its lease ends after t - 2R - REPORT - 2 RENEW +
+ * LEASE >= t. (One renewal at a time, each certified only by one sent T/4 after it, broke
+ * at R = T/6.) Beyond the limit the lease may run out between two confirmations, and the
+ * node refuses ids until the next. The renewals' round trips are kept as a histogram
+ * (sf_registry_get_renewal_stats) so that operators see the limit coming.
+ * Serving begins only with a lease that reaches past the moment the next confirmation is
+ * expected to lengthen it (at the last round trips' pace), so that a node starting on a
+ * slow link does not serve a moment and refuse the next; a node that is not serving within
+ * T + REPORT of the claim gives up and claims again. After a pause (a stalled or stopped
+ * process, a slow link) or a reconnection, the lease rests on the anchors certified before
+ * it, and a fresh anchor takes a renewal, its confirmation and a renewal sent REPORT after
+ * that: REPORT and two round trips (T/4: 2.5 s with the default T of 10 s) is what a pause
+ * longer than the lease costs.
  * Should the session timeout change on a reconnection (another server, other bounds), the
  * shorter of the two times the anchor is what counts.
  *
@@ -63,15 +95,16 @@
  * earlier version, is read as a reservation that ends one LEASE later.
  * The reservation's length R is LEASE itself, not a setting: an id under a renewal is made
  * within its lease, so LEASE is as far as the node can use; a longer R would only hold the
- * next holder back, a shorter one would refuse ids while the lease holds (in steady state
- * the lease ends 5T/12 after the send, the reservation 2T/3 after). A crash therefore loses
+ * next holder back, a shorter one would refuse ids while the lease holds (the lease ends
+ * LEASE after its anchor, which was sent at least REPORT and a round trip before the last
+ * confirmed renewal, whose reservation ends LEASE after it). A crash therefore loses
  * nothing: state_interval_ms, the session timeout and startup_sleep_ms bound only how long
  * the next holder waits, never whether it can repeat a (timestamp, worker) pair.
  *
  * GRACE = T/3: disconnected this long, the registry fences without waiting for the lease. */
 static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
 {
-    return session_timeout_ms * 2 / 3;
+    return session_timeout_ms * 15 / 16;
 }
 
 static inline int64_t sf_registry_renew_ms(int64_t session_timeout_ms)
@@ -88,6 +121,35 @@ static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
 {
     return session_timeout_ms / 3;
 }
+
+/* ROUND_TRIP_LIMIT above, for renewals renew_ms apart (sf_registry_renew_ms, or a shorter
+ * state_interval_ms). */
+static inline int64_t sf_registry_round_trip_limit_ms(int64_t session_timeout_ms,
+                                                      int64_t renew_ms)
+{
+    return (sf_registry_lease_ms(session_timeout_ms) -
+            sf_registry_report_ms(session_timeout_ms) - 2 * renew_ms) / 2;
+}
+
+/* The renewals' round trips, from before the write was sent to its confirmation, as a
+ * histogram: counts of those at most each bound (ms) and above the one before, one more
+ * count for those above the last. The bounds resolve T/8 to T/2 for every session timeout T
+ * from 1 s to 60 s. */
+#define SF_REGISTRY_RENEWAL_BUCKETS 32
+#define SF_REGISTRY_RENEWAL_BOUNDS_MS                                                       \
+    { 1, 2, 5, 10, 25, 50, 100, 125, 150, 200, 250, 300, 400, 500, 625, 750, 1000, 1250,   \
+      1500, 2000, 2500, 3000, 4000, 5000, 6000, 7500, 10000, 12500, 15000, 20000, 25000,   \
+      30000 }
+
+typedef struct sf_registry_renewal_stats {
+    int64_t session_timeout_ms;  /* granted now (T) */
+    int64_t round_trip_limit_ms; /* sf_registry_round_trip_limit_ms for it */
+    uint64_t confirmed;          /* renewals the leader confirmed */
+    uint64_t failed;             /* renewals that got no confirmation */
+    int64_t sum_ms;              /* of the confirmed ones' round trips */
+    int64_t last_ms;             /* the last confirmed one's, -1 before the first */
+    uint64_t buckets[SF_REGISTRY_RENEWAL_BUCKETS + 1];
+} sf_registry_renewal_stats;
 
 typedef struct sf_registry sf_registry;
 
@@ -118,19 +180,22 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);
 
-/* Renews the lease once, reports serving (or not) through on_state, and starts the registry's
- * thread, which reports every later transition (session expired, disconnected too long, node
- * lost, lease not renewed, claimed again) and, while not serving, tries again with a backoff
- * of 100 ms doubling to 5 s until it holds an id again.
+/* Renews the lease until serving may begin (see above; at most T + REPORT), reports serving
+ * (or not) through on_state, and starts the registry's thread, which renews and reports
+ * every later transition (session expired, disconnected too long, node lost, lease not
+ * renewed, claimed again) and, while not serving, tries again with a backoff of 100 ms
+ * doubling to 5 s until it holds an id again.
  *
  * A renewal is one conditional write, sent every sf_registry_renew_ms (or state_interval_ms
- * if shorter): multi{ setData(our worker node, same data, its version),
- * setData(state_path/<id>, max(recorded, now, last id), its version) }. A write, because a
- * follower cut off from the leader still answers reads from its stale copy for up to
- * syncLimit x tickTime while the leader expires our session; a write is forwarded to the
- * leader, which refuses it for an expired session. The versions make it fail when anyone
- * else changed either node, and the result must show the worker node owned by our session.
- * The lease lasts sf_registry_lease_ms from a moment taken before the write was sent. The
+ * if shorter) while earlier ones may be in flight: multi{ setData(our worker node, same
+ * data, its version), setData(state_path/<id>, max(recorded, now, last id), its version) },
+ * each version the one the renewal before it leaves. A write, because a follower cut off
+ * from the leader still answers reads from its stale copy for up to syncLimit x tickTime
+ * while the leader expires our session; a write is forwarded to the leader, which refuses it
+ * for an expired session. The versions make it fail when anyone else changed either node
+ * (and every renewal behind a failed one fails too: none is sent until they are answered),
+ * and the result must show the worker node owned by our session. The lease lasts
+ * sf_registry_lease_ms from its anchor, a moment taken before an earlier write was sent. The
  * same write records the last timestamp, so it never lowers it and never lands after the
  * node stopped being ours. */
 int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
@@ -185,6 +250,10 @@ typedef struct sf_registry_health {
 
 /* The cause and the session now, and the counts since the registry was made. Thread-safe. */
 void sf_registry_get_health(sf_registry *r, sf_registry_health *out);
+
+/* The renewals' round trips and counts so far, with the session timeout and the round trip
+ * limit now. Thread-safe. */
+void sf_registry_get_renewal_stats(sf_registry *r, sf_registry_renewal_stats *out);
 
 /* Makes a blocked sf_registry_claim return -1 with "stopped" (within 200 ms, unless a single
  * ZooKeeper round trip is in flight: that ends within the client's timeout), deleting a worker

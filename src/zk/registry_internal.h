@@ -32,7 +32,9 @@
 #define SF_REG_BACKOFF_MIN_MS 100 /* the first retry after a failure */
 #define SF_REG_BACKOFF_MAX_MS 5000
 #define SF_REG_CONNECT_MIN_MS 5000 /* a new session gets at least this long to come up */
-#define SF_REG_PENDING 8          /* confirmed renewals of one connection not yet certified */
+#define SF_REG_PENDING 16         /* confirmed renewals of one connection not yet certified */
+#define SF_REG_IN_FLIGHT 16       /* renewals sent and not yet answered, at most */
+#define SF_REG_RECENT 4           /* round trips the start of serving is judged by */
 #define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
 #define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
 
@@ -73,13 +75,13 @@ typedef struct sf_reg_record {
     bool released;
 } sf_reg_record;
 
-/* The renewal write in flight: ZooKeeper fills results and stats when it completes. */
+/* One renewal write: sent, its answer not yet taken. ZooKeeper fills results and stats when
+ * it completes; the completion gets the slot, which holds its registry. */
 typedef struct sf_reg_renewal {
-    bool in_flight;
-    bool done;            /* completed, outcome below not yet taken by a waiter */
-    int rc;               /* the multi's own result */
-    sf_reg_event outcome; /* what it told the state machine */
-    uint64_t seq;
+    sf_registry *r;
+    bool used;            /* sent; free again once its completion ran */
+    uint64_t seq;         /* bumped by every send, so a waiter can tell its answer */
+    uint64_t gen;         /* the run of renewals it belongs to (see sf_registry.pipe_gen) */
     int64_t t0;           /* boot ms taken before it was sent */
     uint64_t conn;        /* the connection it was sent on (r->conn when sent) */
     int64_t value;        /* the timestamp it records */
@@ -90,6 +92,11 @@ typedef struct sf_reg_renewal {
     zoo_op_result_t results[2];
     struct Stat worker_stat, state_stat;
 } sf_reg_renewal;
+
+/* A confirmed renewal of the current connection, waiting to be certified (registry.h). */
+typedef struct sf_reg_confirmed {
+    int64_t sent, confirmed; /* boot ms: before it was sent, when its confirmation ran */
+} sf_reg_confirmed;
 
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
@@ -127,8 +134,8 @@ struct sf_registry {
     int64_t own_value;       /* the highest reservation we sent for the id held */
     int64_t anchor;          /* boot ms: the leader's expiry of our session is at least this + */
     int anchor_timeout_ms;   /* ...the session timeout then in force (see registry.h) */
-    int64_t pending[SF_REG_PENDING]; /* send times of confirmed renewals on this connection */
-    int pending_count;       /* ...not yet certified by a later one */
+    sf_reg_confirmed pending[SF_REG_PENDING]; /* oldest first */
+    int pending_count;
     char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
@@ -143,7 +150,17 @@ struct sf_registry {
     bool floor_wait;         /* waiting for the clock to pass the floor of the id held */
     bool ever_connected;     /* a connection came up once: any later one is a reconnect */
     uint64_t reconnects, expirations; /* for sf_registry_get_health */
-    sf_reg_renewal renewal;
+    sf_reg_renewal renewals[SF_REG_IN_FLIGHT]; /* those in flight are used */
+    uint64_t renew_seq;      /* the last renewal sent */
+    uint64_t answered_seq;   /* the last renewal answered, and what it told: */
+    sf_reg_event answered;
+    uint64_t pipe_gen;       /* bumped by the first failure of a run: the renewals behind a
+                              * failed one fail too, and are not sent until it drained */
+    bool pipe_broken;        /* ...renewals of the failed run are still in flight */
+    int32_t send_worker_version, send_state_version; /* what the next renewal expects */
+    int64_t recent_rtt[SF_REG_RECENT]; /* the last round trips, ms */
+    int recent_count;
+    sf_registry_renewal_stats stats;
 
     sf_reg_report reports[SF_REG_REPORTS];
     int report_head, report_count;
@@ -177,15 +194,23 @@ int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errle
 int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
                       struct Stat *stat);
 
-/* registry_lease.c: renewals, the lease and the floor record. */
-void sf_reg_granted(sf_registry *r, int granted_ms);
+/* registry_lease.c: the floor record. */
 bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
 int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
                           char *err, size_t errlen);
 void sf_reg_release_worker(sf_registry *r, int64_t id);
 bool sf_reg_resync(sf_registry *r, int64_t id);
-void sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
-bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why);
+
+/* registry_renew.c: the renewals and the lease they certify. */
+void sf_reg_granted(sf_registry *r, int granted_ms);
+void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed);
+bool sf_reg_renew_due(const sf_registry *r, int64_t now);
+int64_t sf_reg_renew_wake(const sf_registry *r);
+bool sf_reg_renew_if_due(sf_registry *r, int64_t id);
+int64_t sf_reg_next_extension(const sf_registry *r, int64_t now);
+uint64_t sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
+bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
+                           size_t errlen);
 void sf_reg_final_record(sf_registry *r);
 
 /* registry_claim.c: the claim recipes and the peer checks. */

@@ -66,6 +66,7 @@ int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
         zookeeper_close(old);
     /* The watcher may run before zookeeper_init returns: it must find the new handle. */
     pthread_mutex_lock(&r->mu);
+    sf_reg_renewals_forget(r, old);
     errno = 0;
     r->session_started = sf_clocks_boot_ms();
     r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);

@@ -188,10 +188,10 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         if (r->state != SF_REG_SERVING && r->state != SF_REG_WAITING_FLOOR)
             break;
         /* Confirmed, but the lease may not be certified yet (see registry.h): serving
-         * begins with a lease that has a report interval left, so that the renewals to
-         * come can certify the next one before it runs out. */
+         * begins with a lease that lasts until the renewals to come are expected to
+         * lengthen it, so that it does not run out right after. */
         if (r->lease_until <= now ||
-            (!was_serving && r->lease_until - now < sf_registry_report_ms(r->negotiated_ms)))
+            (!was_serving && r->lease_until <= sf_reg_next_extension(r, now)))
             break;
         sf_reg_report rep = {.is_lease = true, .until = r->lease_until,
                              .reserved = r->reserved_until};

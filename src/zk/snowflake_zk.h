@@ -103,11 +103,19 @@ typedef int (*sfz_peer_fn)(void *ctx, const char *host_port, int64_t *worker_id,
                            int64_t *datacenter_id, int64_t *timestamp_ms, char *err,
                            size_t errlen);
 
-/* Told of every transition (and of a new reason while fenced), from the handle's own thread;
- * must not call sfz_stop. */
+/* Told of every transition (and of a new reason while fenced). The handle makes its
+ * callbacks (this and log) from a thread of its own, one at a time in the order they came,
+ * never from the thread that renews the lease: one that takes its time (a log on a stalled
+ * disk, an on_state that waits for a port) delays only the callbacks after it, never the
+ * lease, and the ids are fenced or served at the transition itself, not when the callback
+ * runs. At most SFZ_CALLBACKS_QUEUED wait; a log line beyond that is dropped (counted in a
+ * warning once there is room), a state never is (the newest waiting one is replaced). Must
+ * not call sfz_stop, which waits for the callbacks queued before it. */
 typedef void (*sfz_state_fn)(void *ctx, const sfz_state *state);
+#define SFZ_CALLBACKS_QUEUED 64
 
-/* Messages for the operator: level is "error", "warning" or "info". NULL = standard error. */
+/* Messages for the operator: level is "error", "warning" or "info". NULL = standard error
+ * (written from the callbacks' thread too). */
 typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
 
 /* X(field, min, max, default) for every integer option. */
@@ -246,6 +254,32 @@ void sfz_get_skew(sfz *h, sfz_skew *out);
 
 /* The generator's counters (libsnowflake's) for the worker id held now, or zeros. */
 void sfz_get_stats(sfz *h, sf_worker_stats *out);
+
+/* The lease's renewals: a conditional write to ZooKeeper every T/8 (T the session timeout
+ * granted), several in flight. The lease is kept through any round trip (send to the
+ * leader's confirmation) up to round_trip_limit_ms, 7/32 of T (656 ms with T = 3 s, 2.19 s
+ * with 10 s); beyond it, ids stop between confirmations. The manual's "The lease" derives
+ * it; watch the histogram to see the limit coming. The histogram's upper bounds in ms (each
+ * bucket holds the round trips <= its bound and above the one before; one more bucket holds
+ * those above the last): they resolve T/8 to T/2 for every T from 1 s to 60 s. */
+#define SFZ_RENEWAL_BUCKETS 32
+#define SFZ_RENEWAL_BOUNDS_MS                                                               \
+    { 1, 2, 5, 10, 25, 50, 100, 125, 150, 200, 250, 300, 400, 500, 625, 750, 1000, 1250,   \
+      1500, 2000, 2500, 3000, 4000, 5000, 6000, 7500, 10000, 12500, 15000, 20000, 25000,   \
+      30000 }
+
+typedef struct sfz_renewals {
+    int64_t session_timeout_ms;  /* granted by ZooKeeper (0 before the start claimed an id) */
+    int64_t round_trip_limit_ms; /* the longest round trip the lease is kept through */
+    uint64_t confirmed;          /* renewals ZooKeeper's leader confirmed */
+    uint64_t failed;             /* renewals that got no confirmation */
+    int64_t sum_ms;              /* of the confirmed ones' round trips */
+    int64_t last_ms;             /* the last confirmed one's, -1 before the first */
+    uint64_t buckets[SFZ_RENEWAL_BUCKETS + 1]; /* the round trips, per bound (not cumulative) */
+} sfz_renewals;
+
+/* The renewals' figures now. Thread-safe; cheap (a copy under a lock). */
+void sfz_get_renewals(sfz *h, sfz_renewals *out);
 
 /* A descriptor that becomes readable on every transition: poll it, then call
  * sfz_read_state_fd (which makes it unreadable again until the next transition) and

@@ -1,5 +1,6 @@
 /* tcp_proxy.c -- a fault-injecting TCP proxy thread for the tests (see tcp_proxy.h). One poll()
- * loop serves the listener and every connection pair; a pipe wakes it on a mode change. */
+ * loop serves the listener and every connection pair; a pipe wakes it on a mode change. What
+ * is delayed or held waits in a queue per direction of each pair, in the order it came. */
 #define _POSIX_C_SOURCE 200809L
 #include "tcp_proxy.h"
 
@@ -7,16 +8,33 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROXY_MAX_PAIRS 64
+#define PROXY_HELD INT64_MAX /* the due time of what is held */
+
+/* Bytes read from one end, waiting to be written to the other at due (monotonic ms). */
+typedef struct sf_proxy_chunk {
+    struct sf_proxy_chunk *next;
+    int64_t due;
+    size_t len;
+    char data[];
+} sf_proxy_chunk;
+
+/* One direction of a pair: its queue, oldest first. */
+typedef struct sf_proxy_queue {
+    sf_proxy_chunk *head, *tail;
+} sf_proxy_queue;
 
 struct sf_test_proxy {
     int listen_fd, port, target_port;
@@ -28,8 +46,38 @@ struct sf_test_proxy {
     bool drop_all;             /* close every open pair at the next turn of the loop */
     bool stop;
     int accepted;
+    int delay_ms[2];           /* per direction: 0 = client to server, 1 = back */
+    bool hold_up;              /* client to server held until released */
+    bool release;              /* hold_up just ended: send what was held */
     int pairs[PROXY_MAX_PAIRS][2]; /* client fd, server fd; -1 when free */
+    sf_proxy_queue queues[PROXY_MAX_PAIRS][2]; /* what waits to go from pairs[i][k] */
 };
+
+static int64_t sf_proxy_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Drops what waits in a queue. */
+static void sf_proxy_queue_clear(sf_proxy_queue *q)
+{
+    while (q->head) {
+        sf_proxy_chunk *c = q->head;
+        q->head = c->next;
+        free(c);
+    }
+    q->tail = NULL;
+}
+
+/* Small writes go out at once (no Nagle): what the proxy passes on arrives when due. */
+static void sf_proxy_nodelay(int fd)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+        perror("tcp_proxy: TCP_NODELAY");
+}
 
 /* Connects to the real server on loopback; -1 when it is not there. */
 static int sf_proxy_connect_target(int port)
@@ -43,6 +91,7 @@ static int sf_proxy_connect_target(int port)
         close(fd);
         return -1;
     }
+    sf_proxy_nodelay(fd);
     return fd;
 }
 
@@ -53,6 +102,7 @@ static void sf_proxy_close_pair(sf_test_proxy *p, int i)
         if (p->pairs[i][k] >= 0)
             close(p->pairs[i][k]);
         p->pairs[i][k] = -1;
+        sf_proxy_queue_clear(&p->queues[i][k]);
     }
 }
 
@@ -81,29 +131,84 @@ static void sf_proxy_accept(sf_test_proxy *p)
         close(c);
         return;
     }
+    sf_proxy_nodelay(c);
     p->pairs[slot][0] = c;
     p->pairs[slot][1] = s;
 }
 
-/* Moves what one end has sent to the other end (or drops it when black-holing);
- * false when the pair is finished. */
-static bool sf_proxy_pump(int from, int to, bool blackhole)
+/* Writes all of buf to fd; false when the other end is gone. */
+static bool sf_proxy_write_all(int fd, const char *buf, size_t n)
 {
-    char buf[16384];
-    ssize_t n = read(from, buf, sizeof buf);
-    if (n <= 0)
-        return false;
-    if (blackhole)
-        return true;
-    for (ssize_t off = 0; off < n;) {
-        ssize_t w = write(to, buf + off, (size_t)(n - off));
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(fd, buf + off, n - off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
             return false;
-        off += w;
+        off += (size_t)w;
     }
     return true;
+}
+
+/* Moves what end k of pair i has sent to the other end: at once, or queued until due when
+ * a delay or a hold applies (or something already waits: the order is kept); dropped when
+ * black-holing. False when the pair is finished. */
+static bool sf_proxy_pump(sf_test_proxy *p, int i, int k, bool blackhole, int delay_ms, bool hold)
+{
+    char buf[16384];
+    ssize_t n = read(p->pairs[i][k], buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    if (blackhole)
+        return true;
+    sf_proxy_queue *q = &p->queues[i][k];
+    if (delay_ms == 0 && !hold && q->head == NULL)
+        return sf_proxy_write_all(p->pairs[i][1 - k], buf, (size_t)n);
+    sf_proxy_chunk *c = malloc(sizeof *c + (size_t)n);
+    if (c == NULL)
+        return false;
+    c->next = NULL;
+    c->len = (size_t)n;
+    memcpy(c->data, buf, (size_t)n);
+    c->due = hold ? PROXY_HELD : sf_proxy_now_ms() + delay_ms;
+    if (q->tail != NULL && q->tail->due > c->due) /* a shorter delay never overtakes */
+        c->due = q->tail->due;
+    if (q->tail != NULL)
+        q->tail->next = c;
+    else
+        q->head = c;
+    q->tail = c;
+    return true;
+}
+
+/* Writes out what is due in every queue (releasing what was held when asked), and returns
+ * the ms until the next chunk is due (at most max_wait). */
+static int sf_proxy_flush(sf_test_proxy *p, bool release, int max_wait)
+{
+    int64_t now = sf_proxy_now_ms(), wait = max_wait;
+    for (int i = 0; i < PROXY_MAX_PAIRS; i++) {
+        for (int k = 0; k < 2 && p->pairs[i][0] >= 0; k++) {
+            sf_proxy_queue *q = &p->queues[i][k];
+            for (sf_proxy_chunk *c = q->head; release && c != NULL; c = c->next)
+                if (c->due == PROXY_HELD)
+                    c->due = now;
+            while (q->head != NULL && q->head->due <= now) {
+                sf_proxy_chunk *c = q->head;
+                bool ok = sf_proxy_write_all(p->pairs[i][1 - k], c->data, c->len);
+                q->head = c->next;
+                if (q->head == NULL)
+                    q->tail = NULL;
+                free(c);
+                if (!ok) {
+                    sf_proxy_close_pair(p, i);
+                    break;
+                }
+            }
+            if (q->head != NULL && q->head->due != PROXY_HELD && q->head->due - now < wait)
+                wait = q->head->due - now;
+        }
+    }
+    return (int)wait;
 }
 
 /* The proxy's thread: poll, accept, pump, until stopped. */
@@ -112,15 +217,18 @@ static void *sf_proxy_loop(void *arg)
     sf_test_proxy *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        bool stop = p->stop, drop = p->drop_all;
+        bool stop = p->stop, drop = p->drop_all, hold = p->hold_up, release = p->release;
         sf_test_proxy_mode mode = p->mode;
+        int delay[2] = {p->delay_ms[0], p->delay_ms[1]};
         p->drop_all = false;
+        p->release = false;
         pthread_mutex_unlock(&p->mu);
         if (drop || stop)
             for (int i = 0; i < PROXY_MAX_PAIRS; i++)
                 sf_proxy_close_pair(p, i);
         if (stop)
             return NULL;
+        int wait = sf_proxy_flush(p, release, 1000);
         struct pollfd fds[2 + 2 * PROXY_MAX_PAIRS];
         int idx[2 + 2 * PROXY_MAX_PAIRS];
         int n = 0;
@@ -134,7 +242,7 @@ static void *sf_proxy_loop(void *arg)
                 fds[n++] = (struct pollfd){.fd = p->pairs[i][k], .events = POLLIN};
             }
         }
-        if (poll(fds, (nfds_t)n, 1000) < 0 && errno != EINTR)
+        if (poll(fds, (nfds_t)n, wait) < 0 && errno != EINTR)
             return NULL;
         if (fds[0].revents & POLLIN) {
             char b[64];
@@ -149,7 +257,7 @@ static void *sf_proxy_loop(void *arg)
             int i = idx[j] / 2, k = idx[j] % 2;
             if (p->pairs[i][k] < 0)
                 continue;
-            if (!sf_proxy_pump(p->pairs[i][k], p->pairs[i][1 - k], mode == SF_PROXY_BLACKHOLE))
+            if (!sf_proxy_pump(p, i, k, mode == SF_PROXY_BLACKHOLE, delay[k], k == 0 && hold))
                 sf_proxy_close_pair(p, i);
         }
     }
@@ -225,6 +333,24 @@ void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n)
         p->drop_all = true;
     p->mode = SF_PROXY_FORWARD;
     p->forward_budget = n;
+    pthread_mutex_unlock(&p->mu);
+    sf_proxy_wake(p);
+}
+
+void sf_test_proxy_set_delay(sf_test_proxy *p, int up_ms, int down_ms)
+{
+    pthread_mutex_lock(&p->mu);
+    p->delay_ms[0] = up_ms;
+    p->delay_ms[1] = down_ms;
+    pthread_mutex_unlock(&p->mu);
+    sf_proxy_wake(p);
+}
+
+void sf_test_proxy_hold_up(sf_test_proxy *p, bool hold)
+{
+    pthread_mutex_lock(&p->mu);
+    p->release = p->release || (p->hold_up && !hold);
+    p->hold_up = hold;
     pthread_mutex_unlock(&p->mu);
     sf_proxy_wake(p);
 }

@@ -1,8 +1,11 @@
 /* tcp_proxy.h -- a fault-injecting TCP proxy thread for the tests: it stands between a client
- * (or a ZooKeeper server) and a real server on loopback, and forwards, refuses or black-holes
- * the traffic on demand, so a test can cut a link without touching the processes on either end. */
+ * (or a ZooKeeper server) and a real server on loopback, and forwards, refuses, black-holes,
+ * delays or holds the traffic on demand, so a test can cut or slow a link without touching the
+ * processes on either end. */
 #ifndef SF_TEST_TCP_PROXY_H
 #define SF_TEST_TCP_PROXY_H
+
+#include <stdbool.h>
 
 typedef enum sf_test_proxy_mode {
     SF_PROXY_FORWARD,   /* pass bytes both ways */
@@ -26,6 +29,16 @@ void sf_test_proxy_set_mode(sf_test_proxy *p, sf_test_proxy_mode mode);
 /* Forwards the next n connections accepted, then refuses all later ones: lets one
  * reconnect through and breaks the one after it. */
 void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n);
+
+/* Delays what passes from now on by up_ms on the way from the client to the server and
+ * down_ms on the way back (one-way delays: a request's round trip grows by their sum), in
+ * order: a shorter delay never lets bytes overtake ones still waiting. 0, 0 ends it. */
+void sf_test_proxy_set_delay(sf_test_proxy *p, int up_ms, int down_ms);
+
+/* hold true: what the client sends waits in the proxy, in order, nothing lost (a link that
+ * stalls); false: it all goes at once, as TCP delivers after a retransmission, and what
+ * follows passes again. */
+void sf_test_proxy_hold_up(sf_test_proxy *p, bool hold);
 
 /* How many connections the proxy has accepted so far. */
 int sf_test_proxy_accepted(sf_test_proxy *p);

@@ -1,0 +1,423 @@
+/* registry_renew.c -- the renewals and the lease they certify: conditional writes sent on a
+ * beat of their own (several in flight), the anchor each confirmation certifies, the lease
+ * it gives, when serving may begin, and the renewals' round trips (registry.h derives them).
+ * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME */
+#include "registry_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clocks.h"
+#include "lib/snowflake.h"
+
+static const int64_t sf_reg_rtt_bounds[SF_REGISTRY_RENEWAL_BUCKETS] =
+    SF_REGISTRY_RENEWAL_BOUNDS_MS;
+
+/* The beat renewals go out on: RENEW, or state_interval_ms if shorter. Lock held. */
+static int64_t sf_reg_renew_interval(const sf_registry *r)
+{
+    int64_t renew = sf_registry_renew_ms(r->negotiated_ms);
+    return r->o.state_interval_ms < renew ? r->o.state_interval_ms : renew;
+}
+
+/* When the lease certified so far ends (see registry.h): LEASE of the shorter of the
+ * session timeouts granted then and now, after the anchor; 0 without one. Lock held. */
+static int64_t sf_reg_lease_end(const sf_registry *r)
+{
+    if (r->anchor <= 0)
+        return 0;
+    int timeout = r->anchor_timeout_ms < r->negotiated_ms ? r->anchor_timeout_ms : r->negotiated_ms;
+    return r->anchor + sf_registry_lease_ms(timeout);
+}
+
+/* A connection came up with the session timeout granted_ms (lock held). A new session's
+ * first connection makes the moment the session was asked for its first anchor; a later one
+ * may come with another timeout, which everything is timed by from now on (a shorter one
+ * shortens the lease at once). */
+void sf_reg_granted(sf_registry *r, int granted_ms)
+{
+    if (r->fresh_session) {
+        r->fresh_session = false;
+        r->negotiated_ms = granted_ms;
+        r->anchor = r->session_started;
+        r->anchor_timeout_ms = granted_ms;
+        return;
+    }
+    if (granted_ms == r->negotiated_ms || granted_ms <= 0)
+        return;
+    sf_reg_log(r, "warning", "ZooKeeper granted a session timeout of %d ms on reconnecting "
+               "(%d ms before): the lease, the renewals and the grace follow it",
+               granted_ms, r->negotiated_ms);
+    r->negotiated_ms = granted_ms;
+    int64_t end = sf_reg_lease_end(r);
+    if (r->lease_until > end) {
+        r->lease_until = end;
+        sf_reg_report rep = {.is_lease = true, .until = end, .reserved = r->reserved_until};
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue(r, &rep);
+    }
+}
+
+/* The confirmed renewal w (its confirmation ran at now) certifies the confirmed renewals of
+ * its connection whose confirmation came at least REPORT before w was sent (registry.h): the
+ * latest of their send times becomes the anchor. It then waits to be certified itself. A
+ * renewal whose connection changed while it was out certifies nothing, and is not kept:
+ * which server carried it is unknown. Lock held. */
+static void sf_reg_certify(sf_registry *r, const sf_reg_renewal *w, int64_t now)
+{
+    if (w->conn != r->conn)
+        return;
+    int64_t cutoff = w->t0 - sf_registry_report_ms(r->negotiated_ms);
+    int kept = 0;
+    for (int i = 0; i < r->pending_count; i++) {
+        if (r->pending[i].confirmed > cutoff) {
+            r->pending[kept++] = r->pending[i];
+        } else if (r->pending[i].sent > r->anchor) {
+            r->anchor = r->pending[i].sent;
+            r->anchor_timeout_ms = r->negotiated_ms;
+        }
+    }
+    r->pending_count = kept;
+    if (r->pending_count == SF_REG_PENDING) { /* the oldest gives way: a later one certifies */
+        memmove(r->pending, r->pending + 1, (SF_REG_PENDING - 1) * sizeof r->pending[0]);
+        r->pending_count--;
+    }
+    r->pending[r->pending_count++] = (sf_reg_confirmed){w->t0, now};
+}
+
+/* A confirmed round trip of ms, into the histogram and the recent ones. Lock held. */
+static void sf_reg_count_round_trip(sf_registry *r, int64_t ms)
+{
+    int b = 0;
+    while (b < SF_REGISTRY_RENEWAL_BUCKETS && ms > sf_reg_rtt_bounds[b])
+        b++;
+    r->stats.buckets[b]++;
+    r->stats.confirmed++;
+    r->stats.sum_ms += ms;
+    r->stats.last_ms = ms;
+    r->recent_rtt[r->recent_count++ % SF_REG_RECENT] = ms;
+}
+
+/* Frees the slots of renewals sent on a handle now closed: zookeeper_close has run every
+ * completion it will (with ZCLOSING), so none comes for them any more. Lock held. */
+void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed)
+{
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        if (r->renewals[i].zh == closed)
+            r->renewals[i].used = false;
+}
+
+/* The renewals sent on the current handle and not answered yet. Lock held. */
+static int sf_reg_in_flight(const sf_registry *r)
+{
+    int n = 0;
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        n += r->renewals[i].used && r->renewals[i].zh == r->zh;
+    return n;
+}
+
+/* Completion of a renewal: takes its outcome into the lease and the state machine. Runs on
+ * the client library's completion thread (or in zookeeper_close); never calls into
+ * ZooKeeper. The renewals behind a failed one fail too (their versions follow it): only the
+ * first failure of a run is told to the state machine. */
+static void sf_reg_renew_done(int rc, const void *data)
+{
+    sf_reg_renewal *w = (sf_reg_renewal *)data;
+    sf_registry *r = w->r;
+    pthread_mutex_lock(&r->mu);
+    int64_t now = sf_clocks_boot_ms();
+    w->used = false;
+    bool current = w->zh == r->zh && r->zh != NULL;
+    int64_t session = current ? sf_reg_session_id(r) : -1;
+    int werr = w->results[0].err, serr = w->results[1].err;
+    char why[128] = "";
+    bool tell = true; /* not another handle's, nor behind a failure already told */
+    sf_reg_event outcome = SF_REG_EV_RENEW_FAILED;
+    if (current && rc == ZOK && w->worker_stat.ephemeralOwner == session) {
+        r->worker_version = w->worker_stat.version;
+        r->state_version = w->state_stat.version;
+        r->state_value = w->value;
+        if (!w->release)
+            r->reserved_until = w->value;
+        sf_reg_count_round_trip(r, now - w->t0);
+        sf_reg_certify(r, w, now);
+        int64_t until = sf_reg_lease_end(r);
+        if (until > r->lease_until)
+            r->lease_until = until;
+        outcome = SF_REG_EV_RENEWED;
+    } else if (!current || w->gen != r->pipe_gen) {
+        tell = false;
+    } else if (rc == ZOK || werr == ZNONODE) {
+        outcome = SF_REG_EV_NODE_LOST;
+    } else if (rc == ZSESSIONEXPIRED || rc == ZAUTHFAILED) {
+        outcome = SF_REG_EV_EXPIRED;
+    } else if (werr == ZBADVERSION || serr == ZBADVERSION || serr == ZNONODE) {
+        /* Someone else changed a node: read both again and retry at once. */
+        r->resync = true;
+        r->next_renew = 0;
+        snprintf(why, sizeof why, "another session changed our nodes (%s); checking them",
+                 zerror(rc));
+    } else {
+        r->next_renew = now + SF_REG_BACKOFF_MIN_MS;
+        snprintf(why, sizeof why, "no confirmation from ZooKeeper's leader (%s)", zerror(rc));
+    }
+    if (outcome != SF_REG_EV_RENEWED) {
+        r->stats.failed += current;
+        if (tell) {
+            r->pipe_gen++;
+            r->pipe_broken = true;
+        }
+    }
+    if (r->pipe_broken && sf_reg_in_flight(r) == 0)
+        r->pipe_broken = false;
+    r->answered_seq = w->seq;
+    r->answered = outcome;
+    if (tell)
+        sf_reg_step(r, outcome, why[0] ? why : NULL);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The renewal slots in use, whatever handle they were sent on. Lock held. */
+static int sf_reg_slots_used(const sf_registry *r)
+{
+    int n = 0;
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        n += r->renewals[i].used;
+    return n;
+}
+
+/* When the next renewal may go out (boot ms): on its beat, while connected, a slot free, no
+ * failed run still draining and no re-read of our nodes waiting for the renewals in flight;
+ * INT64_MAX while one of those holds it back (the answer that frees the way wakes the
+ * waiters). Lock held. */
+int64_t sf_reg_renew_wake(const sf_registry *r)
+{
+    if (!r->zh || !r->connected || sf_reg_slots_used(r) == SF_REG_IN_FLIGHT)
+        return INT64_MAX;
+    if ((r->pipe_broken || r->resync) && sf_reg_in_flight(r) > 0)
+        return INT64_MAX;
+    return r->next_renew;
+}
+
+/* True when a renewal may go out now. Lock held. */
+bool sf_reg_renew_due(const sf_registry *r, int64_t now)
+{
+    return sf_reg_renew_wake(r) <= now;
+}
+
+/* Sends the renewal that is due, re-reading our nodes first when a renewal met a changed
+ * version. Lock held, released meanwhile. True when it did something. */
+bool sf_reg_renew_if_due(sf_registry *r, int64_t id)
+{
+    if (!sf_reg_renew_due(r, sf_clocks_boot_ms()))
+        return false;
+    bool resync = r->resync;
+    pthread_mutex_unlock(&r->mu);
+    if (!resync || sf_reg_resync(r, id))
+        sf_reg_renew_send(r, id, false);
+    pthread_mutex_lock(&r->mu);
+    return true;
+}
+
+/* The most a round trip took lately, ms (0 before the first). Lock held. */
+static int64_t sf_reg_recent_rtt(const sf_registry *r)
+{
+    int64_t rtt = 0;
+    for (int i = 0; i < r->recent_count && i < SF_REG_RECENT; i++)
+        if (r->recent_rtt[i] > rtt)
+            rtt = r->recent_rtt[i];
+    return rtt;
+}
+
+/* When the next confirmation is expected to lengthen the lease, at the pace of the last
+ * round trips: that of the first renewal sent at least REPORT after the confirmation of the
+ * oldest one waiting to be certified (in flight, or the next due at or after that moment).
+ * INT64_MAX when none waits. Lock held. */
+int64_t sf_reg_next_extension(const sf_registry *r, int64_t now)
+{
+    if (r->pending_count == 0)
+        return INT64_MAX;
+    int64_t rtt = sf_reg_recent_rtt(r);
+    int64_t target = r->pending[0].confirmed + sf_registry_report_ms(r->negotiated_ms);
+    int64_t first = INT64_MAX;
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++) {
+        const sf_reg_renewal *w = &r->renewals[i];
+        if (w->used && w->zh == r->zh && w->conn == r->conn && w->t0 >= target && w->t0 < first)
+            first = w->t0;
+    }
+    if (first == INT64_MAX) {
+        int64_t beat = sf_reg_renew_interval(r);
+        first = r->next_renew > now ? r->next_renew : now;
+        if (first < target)
+            first += (target - first + beat - 1) / beat * beat;
+    }
+    return first + rtt;
+}
+
+/* Sends one renewal: the conditional write described in registry.h, expecting the versions
+ * the renewals in flight will leave. t0 is taken before sending, so the lease never outlasts
+ * what ZooKeeper promised. A renewal records the reservation, max(recorded, base floor, last
+ * id's timestamp, now + lease): never lower than what is there. The last record of a clean
+ * stop (release) records the exact last timestamp, max(base floor, last id's timestamp),
+ * which the next holder may start right after. Returns its sequence number, 0 when none
+ * could be sent. */
+uint64_t sf_reg_renew_send(sf_registry *r, int64_t id, bool release)
+{
+    int64_t last = r->o.last_timestamp ? r->o.last_timestamp(r->o.last_ts_ctx) : -1;
+    char wpath[SF_REG_PATH_MAX], spath[SF_REG_PATH_MAX];
+    sf_reg_worker_path(r, id, wpath, sizeof wpath);
+    sf_reg_state_node(r, id, spath, sizeof spath);
+    const char *wdata = r->host_port ? r->host_port : "";
+    pthread_mutex_lock(&r->mu);
+    sf_reg_renewal *w = NULL;
+    for (int i = 0; i < SF_REG_IN_FLIGHT && w == NULL; i++)
+        if (!r->renewals[i].used)
+            w = &r->renewals[i];
+    int in_flight = sf_reg_in_flight(r);
+    if (w == NULL || !r->zh || (r->pipe_broken && in_flight > 0)) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    if (in_flight == 0) { /* nothing in flight: the versions last confirmed are the truth */
+        r->send_worker_version = r->worker_version;
+        r->send_state_version = r->state_version;
+    }
+    int64_t value = last > r->base_floor ? last : r->base_floor;
+    if (!release) {
+        int64_t reserve = sf_clock_now_ms() + sf_registry_lease_ms(r->negotiated_ms);
+        if (reserve > value)
+            value = reserve;
+        if (r->state_value > value)
+            value = r->state_value;
+    }
+    w->r = r;
+    w->value = value;
+    w->release = release;
+    if (!release && value > r->own_value)
+        r->own_value = value;
+    w->conn = r->conn;
+    w->gen = r->pipe_gen;
+    snprintf(w->data, sizeof w->data, "%s %" PRId64, release ? "released" : "reserved", value);
+    memset(&w->worker_stat, 0, sizeof w->worker_stat);
+    memset(&w->state_stat, 0, sizeof w->state_stat);
+    memset(w->results, 0, sizeof w->results);
+    zoo_set_op_init(&w->ops[0], wpath, wdata, (int)strlen(wdata), r->send_worker_version,
+                    &w->worker_stat);
+    zoo_set_op_init(&w->ops[1], spath, w->data, (int)strlen(w->data), r->send_state_version,
+                    &w->state_stat);
+    w->used = true;
+    w->seq = ++r->renew_seq;
+    w->zh = r->zh;
+    w->t0 = sf_clocks_boot_ms();
+    r->next_renew = w->t0 + sf_reg_renew_interval(r);
+    /* Sent under the lock: the completion takes it, so it cannot run before w is complete;
+     * zoo_amulti only queues the request. */
+    int rc = zoo_amulti(r->zh, 2, w->ops, w->results, sf_reg_renew_done, w);
+    if (rc != ZOK) {
+        w->used = false; /* not sent: the renewals in flight expect no version of it */
+        r->stats.failed++;
+        r->answered_seq = w->seq;
+        r->answered = SF_REG_EV_RENEW_FAILED;
+        char why[128];
+        snprintf(why, sizeof why, "the renewal could not be sent (%s)", zerror(rc));
+        r->next_renew = sf_clocks_boot_ms() + SF_REG_BACKOFF_MIN_MS;
+        sf_reg_step(r, SF_REG_EV_RENEW_FAILED, why);
+    } else {
+        r->send_worker_version++;
+        r->send_state_version++;
+    }
+    uint64_t seq = rc == ZOK ? w->seq : 0;
+    pthread_mutex_unlock(&r->mu);
+    return seq;
+}
+
+/* Renews until serving may begin (why is the reason it begins): true when serving now;
+ * false, with err saying why, when a renewal failed, the session went, or no lease long
+ * enough came within T + REPORT. */
+bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
+                           size_t errlen)
+{
+    pthread_mutex_lock(&r->mu);
+    r->serve_reason = why;
+    r->next_renew = 0; /* the first goes at once */
+    uint64_t first = r->renew_seq;
+    int64_t limit = sf_clocks_boot_ms() + r->negotiated_ms +
+                    sf_registry_report_ms(r->negotiated_ms);
+    bool serving = false;
+    snprintf(err, errlen, "the ZooKeeper session was lost before serving began");
+    for (;;) {
+        int64_t now = sf_clocks_boot_ms();
+        serving = r->state == SF_REG_SERVING;
+        if (serving || r->stop || r->expired || r->state != SF_REG_WAITING_FLOOR)
+            break;
+        if (r->answered_seq > first && r->answered != SF_REG_EV_RENEWED) {
+            snprintf(err, errlen, "the first lease on the claimed worker id was not confirmed "
+                     "by ZooKeeper's leader; will claim again");
+            break;
+        }
+        if (now >= limit) {
+            snprintf(err, errlen, "no lease long enough to serve on came within %" PRId64 " ms "
+                     "of the claim: ZooKeeper's round trips took up to %" PRId64 " ms lately, "
+                     "and with a session timeout of %d ms the lease holds through round trips "
+                     "of at most %" PRId64 " ms; will claim again", now - (limit -
+                     r->negotiated_ms - sf_registry_report_ms(r->negotiated_ms)),
+                     sf_reg_recent_rtt(r), r->negotiated_ms,
+                     sf_registry_round_trip_limit_ms(r->negotiated_ms, sf_reg_renew_interval(r)));
+            break;
+        }
+        if (sf_reg_renew_if_due(r, id))
+            continue;
+        int64_t wake = sf_reg_renew_wake(r);
+        sf_reg_wait_locked(r, (wake < limit ? wake : limit) - now);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return serving;
+}
+
+/* The last record at shutdown: the same conditional write as a renewal, sent once the
+ * renewals in flight were answered, and only while the worker node is ours (a lost node
+ * must not be written after). */
+void sf_reg_final_record(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t id = r->held_id;
+    bool live = id >= 0 && r->zh && r->connected && !r->expired;
+    /* The state machine is stopped (events change nothing now): send directly and take the
+     * outcome from the completion. */
+    while (live && sf_reg_in_flight(r) > 0)
+        sf_reg_wait_locked(r, 100);
+    pthread_mutex_unlock(&r->mu);
+    if (!live)
+        return;
+    for (int tries = 0; tries < 2; tries++) {
+        uint64_t seq = sf_reg_renew_send(r, id, true);
+        pthread_mutex_lock(&r->mu);
+        while (seq != 0 && r->answered_seq < seq)
+            sf_reg_wait_locked(r, 100);
+        bool ok = seq != 0 && r->answered == SF_REG_EV_RENEWED;
+        bool again = r->resync && seq != 0 && r->answered == SF_REG_EV_RENEW_FAILED;
+        pthread_mutex_unlock(&r->mu);
+        if (ok) {
+            sf_reg_log(r, "info", "released worker id %" PRId64, id);
+            return;
+        }
+        if (!again || !sf_reg_resync(r, id))
+            break;
+    }
+    sf_reg_log(r, "warning", "cannot record the last timestamp of worker id %" PRId64 " in %s: "
+               "the node is not ours any more or ZooKeeper did not confirm the write", id,
+               r->state_path);
+}
+
+void sf_registry_get_renewal_stats(sf_registry *r, sf_registry_renewal_stats *out)
+{
+    pthread_mutex_lock(&r->mu);
+    *out = r->stats;
+    out->session_timeout_ms = r->negotiated_ms;
+    out->round_trip_limit_ms = sf_registry_round_trip_limit_ms(r->negotiated_ms,
+                                                               sf_reg_renew_interval(r));
+    pthread_mutex_unlock(&r->mu);
+}
