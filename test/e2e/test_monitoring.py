@@ -391,21 +391,29 @@ def worker_id_gauges_follow_zookeeper():
 
 
 class Load:
-    """A client asking for ids in batches on its own thread until stopped."""
+    """A client asking for ids in batches on its own thread until stopped. A node with a
+    short session may fence for a moment on a busy machine (its port closes, connections
+    drop): the client connects again, as a real one does, and goes on."""
 
     def __init__(self, srv):
         self.srv = srv
         self.stopped = threading.Event()
         self.error = None
+        self.ids = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
         try:
-            with self.srv.client() as api:
-                while not self.stopped.is_set():
-                    api.get_ids("status-page", 50)
-                    time.sleep(0.002)
+            while not self.stopped.is_set():
+                try:
+                    with self.srv.client() as api:
+                        while not self.stopped.is_set():
+                            self.ids += len(api.get_ids("status-page", 50))
+                            time.sleep(0.002)
+                except (sftest.ServiceUnavailable, sftest.TTransport.TTransportException,
+                        OSError):
+                    self.stopped.wait(0.2)
         except Exception as e:  # reported by stop()
             self.error = e
 
