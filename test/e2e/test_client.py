@@ -530,7 +530,8 @@ def every_node_back_after_a_total_outage():
 
 def a_call_takes_the_pool_lock_twice():
     """A successful call takes the pool's lock at most twice (acquire, release), counted by
-    a build of the client that counts them; with nodes failing it may take more."""
+    a build of the client that counts them; a call that had to try again (a node failing, or
+    a try timed out on a busy machine) may take more, and is counted apart."""
     a, b = node(20), node(21)
     try:
         with Drive("--servers", "%s,%s" % (hostport(a), hostport(b)),
@@ -538,8 +539,8 @@ def a_call_takes_the_pool_lock_twice():
             d.ask("locks 10")  # the connections made
             words = dict(w.split("=") for w in d.ask("locks 1000").split()[1:])
             assert words["ok"] == "1000", words
-            assert int(words["taken"]) <= 2 * 1000, words
-            assert int(words["taken"]) >= 1000, words  # the counter counts
+            assert int(words["first_try"]) >= 900, words  # nearly all: two nodes serve
+            assert int(words["most"]) == 2, words  # and the counter counts
             d.close()
     finally:
         a.stop()

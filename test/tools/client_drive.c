@@ -9,7 +9,9 @@
  *   id            ok ID server=S tries=N failovers=F ms=M | error CODE ms=M MESSAGE
  *   ids N         ok N FIRST LAST server=S ms=M | error ...
  *   locks N       (client_drive_counted only) N calls of sfc_next_id, then
- *                 locks calls=N ok=K taken=T   (T: the pool's lock taken by those calls)
+ *                 locks calls=N ok=K taken=T first_try=F most=M   (T: the pool's lock
+ *                 taken by those calls; M: the most one call that succeeded at its first
+ *                 try took, F of them)
  *   servers       servers N up=U NAME:up|NAME:down:FAILURES,...   (in the client's order)
  *   run S         calls sfc_next_id for S seconds on each of --threads threads (default 1)
  *                 and answers
@@ -155,17 +157,28 @@ static void drive_run(sfc_client *c, int seconds, int threads, int64_t epoch)
 #ifdef SFC_COUNT_POOL_LOCKS
 #include "pool.h"
 
-/* `locks N`: how often N calls on this thread took the pool's lock. */
+/* `locks N`: how often N calls on this thread took the pool's lock, and the most one call
+ * took among those that succeeded at their first try (a call that had to try again, on a
+ * busy machine or a failing node, takes more by design). */
 static void drive_locks(sfc_client *c, int calls)
 {
-    int ok = 0;
-    uint64_t before = sfc_pool_locks_taken();
+    int ok = 0, first_try = 0;
+    uint64_t before = sfc_pool_locks_taken(), most = 0;
     for (int i = 0; i < calls; i++) {
         int64_t id;
-        ok += sfc_next_id(c, &id, NULL, NULL) == SFC_OK;
+        sfc_call call;
+        uint64_t start = sfc_pool_locks_taken();
+        if (sfc_next_id(c, &id, &call, NULL) != SFC_OK)
+            continue;
+        ok++;
+        if (call.tries == 1) {
+            first_try++;
+            uint64_t taken = sfc_pool_locks_taken() - start;
+            most = taken > most ? taken : most;
+        }
     }
-    printf("locks calls=%d ok=%d taken=%" PRIu64 "\n", calls, ok,
-           sfc_pool_locks_taken() - before);
+    printf("locks calls=%d ok=%d taken=%" PRIu64 " first_try=%d most=%" PRIu64 "\n", calls,
+           ok, sfc_pool_locks_taken() - before, first_try, most);
 }
 #endif
 
