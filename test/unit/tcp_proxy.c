@@ -10,10 +10,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROXY_MAX_PAIRS 64
@@ -28,8 +30,20 @@ struct sf_test_proxy {
     bool drop_all;             /* close every open pair at the next turn of the loop */
     bool stop;
     int accepted;
+    int hold_ms;               /* > 0: connections' clients are held after their first read,
+                                * until one of them sent something meanwhile */
     int pairs[PROXY_MAX_PAIRS][2]; /* client fd, server fd; -1 when free */
+    int hold[PROXY_MAX_PAIRS];     /* the pair's hold: ms still to hold after the first read */
+    bool first_read[PROXY_MAX_PAIRS]; /* its client's first read passed */
+    int64_t held_until[PROXY_MAX_PAIRS]; /* monotonic ms; 0 = not held */
 };
+
+static int64_t sf_proxy_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Connects to the real server on loopback; -1 when it is not there. */
 static int sf_proxy_connect_target(int port)
@@ -46,9 +60,26 @@ static int sf_proxy_connect_target(int port)
     return fd;
 }
 
+/* Ends the hold of pair i: when its client sent something meanwhile, the hold caught a
+ * request, and later connections are not held. */
+static void sf_proxy_end_hold(sf_test_proxy *p, int i)
+{
+    if (p->held_until[i] == 0)
+        return;
+    p->held_until[i] = 0;
+    char b;
+    if (recv(p->pairs[i][0], &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+        pthread_mutex_lock(&p->mu);
+        p->hold_ms = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 /* Closes both ends of a pair and frees its slot. */
 static void sf_proxy_close_pair(sf_test_proxy *p, int i)
 {
+    if (p->pairs[i][0] >= 0)
+        sf_proxy_end_hold(p, i);
     for (int k = 0; k < 2; k++) {
         if (p->pairs[i][k] >= 0)
             close(p->pairs[i][k]);
@@ -64,6 +95,7 @@ static void sf_proxy_accept(sf_test_proxy *p)
         return;
     pthread_mutex_lock(&p->mu);
     p->accepted++;
+    int hold = p->hold_ms;
     sf_test_proxy_mode mode = p->mode;
     if (mode == SF_PROXY_FORWARD && p->forward_budget == 0)
         mode = p->mode = SF_PROXY_REFUSE;
@@ -83,6 +115,9 @@ static void sf_proxy_accept(sf_test_proxy *p)
     }
     p->pairs[slot][0] = c;
     p->pairs[slot][1] = s;
+    p->hold[slot] = hold;
+    p->first_read[slot] = false;
+    p->held_until[slot] = 0;
 }
 
 /* Moves what one end has sent to the other end (or drops it when black-holing);
@@ -123,18 +158,26 @@ static void *sf_proxy_loop(void *arg)
             return NULL;
         struct pollfd fds[2 + 2 * PROXY_MAX_PAIRS];
         int idx[2 + 2 * PROXY_MAX_PAIRS];
-        int n = 0;
+        int n = 0, timeout = 1000;
+        int64_t now = sf_proxy_now_ms();
         fds[n++] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
         fds[n++] = (struct pollfd){.fd = p->listen_fd, .events = POLLIN};
         for (int i = 0; i < PROXY_MAX_PAIRS; i++) {
             if (p->pairs[i][0] < 0)
                 continue;
+            if (p->held_until[i] != 0 && p->held_until[i] <= now)
+                sf_proxy_end_hold(p, i);
             for (int k = 0; k < 2; k++) {
+                if (k == 0 && p->held_until[i] > now) { /* held: its bytes wait in the socket */
+                    if (p->held_until[i] - now < timeout)
+                        timeout = (int)(p->held_until[i] - now);
+                    continue;
+                }
                 idx[n] = i * 2 + k;
                 fds[n++] = (struct pollfd){.fd = p->pairs[i][k], .events = POLLIN};
             }
         }
-        if (poll(fds, (nfds_t)n, 1000) < 0 && errno != EINTR)
+        if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
             return NULL;
         if (fds[0].revents & POLLIN) {
             char b[64];
@@ -151,6 +194,10 @@ static void *sf_proxy_loop(void *arg)
                 continue;
             if (!sf_proxy_pump(p->pairs[i][k], p->pairs[i][1 - k], mode == SF_PROXY_BLACKHOLE))
                 sf_proxy_close_pair(p, i);
+            else if (k == 0 && p->hold[i] > 0 && !p->first_read[i]) {
+                p->first_read[i] = true;
+                p->held_until[i] = sf_proxy_now_ms() + p->hold[i];
+            }
         }
     }
 }
@@ -227,6 +274,13 @@ void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n)
     p->forward_budget = n;
     pthread_mutex_unlock(&p->mu);
     sf_proxy_wake(p);
+}
+
+void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms)
+{
+    pthread_mutex_lock(&p->mu);
+    p->hold_ms = ms;
+    pthread_mutex_unlock(&p->mu);
 }
 
 int sf_test_proxy_accepted(sf_test_proxy *p)

@@ -27,6 +27,14 @@ void sf_test_proxy_set_mode(sf_test_proxy *p, sf_test_proxy_mode mode);
  * reconnect through and breaks the one after it. */
 void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n);
 
+/* On the connections accepted from now on, passes what the client sends first (a ZooKeeper
+ * client's handshake) and holds everything it sends after that for ms, then passes it on:
+ * the connection stays open and the server's answers flow, but the client's first request
+ * waits as behind a stalled network. Once a hold caught something the client sent, later
+ * connections pass freely (a client that gave up on a connection during its handshake is
+ * held again on the next). */
+void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms);
+
 /* How many connections the proxy has accepted so far. */
 int sf_test_proxy_accepted(sf_test_proxy *p);
 
