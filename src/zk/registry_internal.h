@@ -35,6 +35,9 @@
 #define SF_REG_PENDING 8          /* confirmed renewals of one connection not yet certified */
 #define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
 #define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
+/* An automatic claim that does not wait when ids are scarce (claim_waits false) returns this
+ * when fewer are free than claimants queued ahead of it. */
+#define SF_REGISTRY_SCARCE (-5)
 
 typedef enum sf_reg_state {
     SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
@@ -114,6 +117,11 @@ struct sf_registry {
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
     int zh_users;            /* other threads reading through zh: it is not closed meanwhile */
+    bool session_checked;    /* sf_registry_claim found this session up (and warned once) */
+    bool claim_waits;        /* the caller's automatic claim waits its turn when ids are
+                              * scarce (else SF_REGISTRY_SCARCE); the thread's always waits */
+    bool zk_failed;          /* a request of the claim now under way failed for ZooKeeper's
+                              * reasons (connection, timeout, session), not for a holder's */
 
     int64_t held_id;         /* -1 while no id is held */
     int64_t floor_ms;        /* the floor found when the id was claimed */
@@ -150,6 +158,9 @@ struct sf_registry {
     atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
 };
 
+/* registry.c: "<path><suffix>", or a copy of s when it is not NULL (NULL when out of memory). */
+char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix);
+
 /* registry_state.c: the state machine and its reports. */
 void sf_reg_wait_locked(sf_registry *r, int64_t ms);
 bool sf_reg_sleep(sf_registry *r, int64_t ms);
@@ -160,7 +171,9 @@ void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
 void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
 void sf_reg_deliver(sf_registry *r);
 
-/* registry_session.c: the session, its watcher, paths and ACLs. */
+/* registry_session.c: the session, its watcher, paths and ACLs; sf_reg_zk_error notes a
+ * request that failed for ZooKeeper's reasons (a lost or timed-out connection, an expired
+ * session), which the caller of a claim may try again. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
 int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
@@ -168,9 +181,12 @@ int64_t sf_reg_session_id(sf_registry *r);
 struct ACL_vector *sf_reg_acl(sf_registry *r);
 void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
 void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
-int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen);
+/* Makes sure worker_id_path, lock_path and state_path exist (looked up at once: a read
+ * each, where a create of a node that exists would still be a write through the leader). */
+int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen);
 int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
                       struct Stat *stat);
+void sf_reg_zk_error(sf_registry *r, int rc);
 
 /* registry_lease.c: renewals, the lease and the floor record. */
 void sf_reg_granted(sf_registry *r, int granted_ms);
@@ -183,12 +199,29 @@ void sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
 bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why);
 void sf_reg_final_record(sf_registry *r);
 
-/* registry_claim.c: the claim recipes and the peer checks. */
-void sf_reg_retry_unlock(sf_registry *r);
-int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,
-                      char *err, size_t errlen);
+/* registry_claim.c: the claims and the peer checks.
+ * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
+ * 1 when we hold it (also when an ambiguous earlier attempt already made it ours), 0 when
+ * another session holds it (holder filled), -1 on a ZooKeeper error (err filled).
+ * sf_reg_claim_once makes one claim (static: a single try unless retries > 0; automatic:
+ * the queue, waiting its turn when ids are scarce or not) and the restart-safety wait that
+ * follows; a node created for a claim that then fails is deleted, so a failed or cancelled
+ * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE.
+ * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
+ * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN. */
+int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
+                             char *err, size_t errlen);
+int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,
+                      int64_t *floor_ms, char *err, size_t errlen);
+int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);
 int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
 void sf_reg_warn_standalone(sf_registry *r);
+
+/* registry_queue.c: the automatic claim (0, -1, SF_REGISTRY_ALL_TAKEN, SF_REGISTRY_SCARCE),
+ * and the registry thread's retry of a lock node whose delete failed. */
+int sf_reg_claim_auto(sf_registry *r, bool wait_when_scarce, int64_t *id, char *err,
+                      size_t errlen);
+void sf_reg_retry_unlock(sf_registry *r);
 
 /* registry_slots.c: the count of worker ids taken. Lock held; only queues a request. */
 void sf_reg_slots_watch(sf_registry *r);

@@ -4,6 +4,8 @@
  * and nothing per id. Part of the registry (registry.c says how the parts fit). */
 #include "registry_internal.h"
 
+#include <stdio.h>
+
 #include "common/zkpath.h"
 
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
@@ -59,7 +61,9 @@ int sf_registry_worker_ids_taken(sf_registry *r)
     return atomic_load_explicit(&r->slots_taken, memory_order_relaxed);
 }
 
-const char *sf_registry_worker_id_path(sf_registry *r)
+void sf_registry_worker_id_path(sf_registry *r, char *out, size_t outlen)
 {
-    return r->worker_id_path;
+    pthread_mutex_lock(&r->mu);
+    snprintf(out, outlen, "%s", r->worker_id_path);
+    pthread_mutex_unlock(&r->mu);
 }
