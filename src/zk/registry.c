@@ -61,8 +61,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->auth = opts->auth && *opts->auth ? strdup(opts->auth) : NULL;
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
-    atomic_init(&r->slots_taken, -1);
-    atomic_init(&r->slots_off, false);
+    sf_reg_slots_init(r);
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;
@@ -266,7 +265,9 @@ static void *sf_reg_thread(void *arg)
                 sf_reg_renew_send(r, id, false);
             continue;
         }
-        int64_t wake = now + 1000;
+        int64_t wake = now + 1000, slots = sf_reg_slots_refresh(r);
+        if (slots > 0 && slots < wake)
+            wake = slots;
         if (state == SF_REG_SERVING) {
             if (r->connected && !r->renewal.in_flight && r->next_renew < wake)
                 wake = r->next_renew;
@@ -358,6 +359,7 @@ void sf_registry_close(sf_registry *r)
         sf_reg_final_record(r);
         zookeeper_close(r->zh);
     }
+    sf_reg_slots_free(r);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r->hosts);

@@ -171,17 +171,21 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
 int64_t sf_registry_worker_id(sf_registry *r);
 
 /* How many of the SF_REGISTRY_MAX_WORKERS ids under worker_id_path anyone holds, as last
- * read: a watch on the path's children, set at the claim, reads them again on every change,
- * so this costs nothing per id. -1 before the first read. Thread-safe, lock-free. */
+ * read: a watch on the path's children, set at the claim, reads them again (from the
+ * registry's thread, at most once a second) after every change, so this costs nothing per
+ * id. -1 before the first read. Thread-safe, lock-free. */
 int sf_registry_worker_ids_taken(sf_registry *r);
 
 /* Copies the worker_id_path the registry claims under (or last tried) into out. */
 void sf_registry_worker_id_path(sf_registry *r, char *out, size_t outlen);
 
 /* Copies into out (at most max) the "host:port" of each peer under worker_id_path that
- * serves Thrift (not ours, not an embedded holder), for the live clock checks. From any
- * thread: it reads through the current session, which a new session waits for. Returns how
- * many, or -1 with err filled while not connected or when the path cannot be listed. */
+ * serves Thrift (not ours, not an embedded holder), for the live clock checks: the holders
+ * the watch above keeps, each one's node data read once (again only when its node may have
+ * been replaced), so a round costs no request while the fleet does not change; before the
+ * watch's first listing, the path is listed now. From any thread: it reads through the
+ * current session, which a new session waits for. Returns how many, or -1 with err filled
+ * while not connected or when the path cannot be listed. */
 int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], int max,
                            char *err, size_t errlen);
 

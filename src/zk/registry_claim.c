@@ -182,27 +182,6 @@ int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen)
     return sf_registry_peers_check(&peers, err, errlen);
 }
 
-int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], int max,
-                           char *err, size_t errlen)
-{
-    pthread_mutex_lock(&r->mu);
-    zhandle_t *zh = r->connected && !r->stop ? r->zh : NULL;
-    r->zh_users += zh != NULL;
-    pthread_mutex_unlock(&r->mu);
-    if (zh == NULL) {
-        sf_registry_set_err(err, errlen, "not connected to ZooKeeper");
-        return -1;
-    }
-    sf_registry_peers peers = {.zh = zh, .worker_id_path = r->worker_id_path,
-                               .host_port = r->host_port};
-    int n = sf_registry_peers_list(&peers, out, max, err, errlen);
-    pthread_mutex_lock(&r->mu);
-    r->zh_users--;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    return n;
-}
-
 /* A single standalone server has no quorum to keep a write once it is lost, nor a second
  * copy of the floors: warn once. An ensemble lists its members in /zookeeper/config. */
 void sf_reg_warn_standalone(sf_registry *r)

@@ -35,6 +35,7 @@
 #define SF_REG_PENDING 8          /* confirmed renewals of one connection not yet certified */
 #define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
 #define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
+#define SF_REG_SLOTS_EVERY_MS 1000  /* the holders under the path are read at most this often */
 /* An automatic claim that does not wait when ids are scarce (claim_waits false) returns this
  * when fewer are free than claimants queued ahead of it. */
 #define SF_REGISTRY_SCARCE (-5)
@@ -93,6 +94,16 @@ typedef struct sf_reg_renewal {
     zoo_op_result_t results[2];
     struct Stat worker_stat, state_stat;
 } sf_reg_renewal;
+
+/* The holders under worker_id_path as the slots watch last saw them (registry_slots.c). */
+typedef struct sf_reg_holders {
+    pthread_mutex_t mu;      /* guards the fields below */
+    bool known;              /* a listing of the path arrived */
+    int32_t cversion;        /* the path's child version at that listing */
+    uint32_t present;        /* a bit per worker id held */
+    uint32_t gen[SF_REGISTRY_MAX_WORKERS]; /* bumped when the id's holder may have changed */
+    char *data[SF_REGISTRY_MAX_WORKERS];   /* each holder's node data once read; NULL = not */
+} sf_reg_holders;
 
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
@@ -156,6 +167,9 @@ struct sf_registry {
     pthread_t thread;
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
     atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
+    atomic_bool slots_dirty; /* the watch fired: the thread reads the holders again */
+    int64_t slots_read_at;   /* boot ms of the last read the watch was armed with */
+    sf_reg_holders holders;  /* who holds them, for the live peer list */
 };
 
 /* registry.c: "<path><suffix>", or a copy of s when it is not NULL (NULL when out of memory). */
@@ -223,7 +237,13 @@ int sf_reg_claim_auto(sf_registry *r, bool wait_when_scarce, int64_t *id, char *
                       size_t errlen);
 void sf_reg_retry_unlock(sf_registry *r);
 
-/* registry_slots.c: the count of worker ids taken. Lock held; only queues a request. */
+/* registry_slots.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
+ * held) only queues a request; sf_reg_slots_refresh (lock held, the registry's thread) arms
+ * the watch again after a change, returning 0 or, when it is too soon, the boot ms to try
+ * at; init and free bracket the registry's life. */
 void sf_reg_slots_watch(sf_registry *r);
+int64_t sf_reg_slots_refresh(sf_registry *r);
+void sf_reg_slots_init(sf_registry *r);
+void sf_reg_slots_free(sf_registry *r);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

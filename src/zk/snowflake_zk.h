@@ -177,14 +177,17 @@ int64_t sfz_worker_id(sfz *h);
 int64_t sfz_datacenter_id(sfz *h);
 
 /* How many of the 32 worker ids under the path the handle claimed in are held now, by any
- * holder, for an operator's figures: a watch on the path's children reads them again on
- * every change ZooKeeper reports, so ids pay nothing for it. -1 before the first count.
+ * holder, for an operator's figures: a watch on the path's children reads them again within
+ * a second of every change ZooKeeper reports, so ids pay nothing for it, and a fleet that
+ * does not change costs ZooKeeper nothing. -1 before the first count.
  * path (pathlen bytes), when not NULL, receives that path ("" while none). */
 int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen);
 
 /* The live clock check: with query_peer given, the handle asks up to SFZ_SKEW_SAMPLE peers
  * that serve Thrift for their clock every SFZ_SKEW_INTERVAL_MS, on a thread of its own, each
- * answer corrected by half its round trip. Its estimate of our skew is the median of the
+ * answer corrected by half its round trip. The peers are those the watch above keeps (each
+ * holder's node read once), so the rounds cost ZooKeeper nothing while the fleet does not
+ * change. Its estimate of our skew is the median of the
  * offsets with our own (0) among them (of two middle values, the one nearer 0), so that one
  * node whose clock drifts is out of line and the others are not; with max_peer_skew_ms set,
  * a skew beyond it refuses ids (SFZ_ERR_FENCED, saying so) until a later round is within

@@ -5,7 +5,9 @@
  * its session timeout. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME, prctl */
 #include <check.h>
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -676,6 +679,68 @@ START_TEST(fleet_of_128_claims_in_parallel)
 }
 END_TEST
 
+/* The requests the suite's server has received so far, from its mntr. */
+static int64_t server_packets(void)
+{
+    int port = atoi(strchr(zk.hosts, ':') + 1), fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(write(fd, "mntr", 4), 4);
+    char buf[65536];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)n;
+    close(fd);
+    buf[got] = '\0';
+    const char *line = strstr(buf, "zk_packets_received\t");
+    ck_assert_msg(line != NULL, "no zk_packets_received in mntr: %s", buf);
+    return strtoll(line + strlen("zk_packets_received\t"), NULL, 10);
+}
+
+static int peer_refuses(void *ctx, const char *host_port, int64_t *worker_id,
+                        int64_t *datacenter_id, int64_t *timestamp_ms, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)worker_id;
+    (void)datacenter_id;
+    (void)timestamp_ms;
+    snprintf(err, errlen, "nothing listens at %s", host_port);
+    return 1;
+}
+
+/* The live clock check needs the holders under the path each second; a full path of 31
+ * others must not cost a listing and 31 reads a second (32 requests, 40 times a handle's
+ * renewals): the holders' watch keeps them, and a read goes out only when they change. */
+START_TEST(live_peer_list_reads_only_changes)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    fill_slots(zh, "/e-live", 0, SF_MAX_WORKER_ID);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-live");
+    o.session_timeout_ms = 10000; /* a renewal every 1.25 s */
+    o.query_peer = peer_refuses;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    sf_test_sleep_ms(3000); /* the first rounds read each holder once */
+    int64_t p0 = server_packets();
+    sf_test_sleep_ms(5000);
+    int64_t per_s = (server_packets() - p0) / 5;
+    sfz_skew skew;
+    sfz_get_skew(h, &skew);
+    sfz_stop(h);
+    zookeeper_close(zh);
+    fprintf(stderr, "live: %" PRId64 " ZooKeeper requests a second, one holder beside 31\n",
+            per_s);
+    ck_assert_msg(per_s <= 8, "%" PRId64 " ZooKeeper requests a second for one holder beside 31 "
+                  "others (its renewals are about 1 a second)", per_s);
+    ck_assert_msg(skew.failures == 0, "the live check asked %" PRIu64 " embedded holders",
+                  skew.failures);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -696,6 +761,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
     tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
+    tcase_add_test(tc, live_peer_list_reads_only_changes);
     suite_add_tcase(s, tc);
     TCase *fleet = tcase_create("fleet");
     tcase_set_timeout(fleet, 120);
