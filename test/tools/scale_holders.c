@@ -9,6 +9,9 @@
  *                     check (which lists its path's holders every second) as snowflaked does
  *   --label L         prefix of each handle's name in the output (default "h")
  *   --verbose         every log line of every handle, "info" ones too
+ *   --bare            bare ZooKeeper sessions instead of handles (no claim, no id): the
+ *                     floor the client library and the ensemble set for a start here;
+ *                     "started" comes when the session is up (DC and WORKER are -1)
  *
  * It connects nothing until it reads "go" on standard input; then every line it prints is
  * "EVENT NAME MS ..." with MS the time of the event on CLOCK_MONOTONIC in ms (the clock
@@ -35,15 +38,23 @@
 #include <time.h>
 
 #include <snowflake_zk.h>
+#ifndef THREADED
+#define THREADED
+#endif
+#include <zookeeper/zookeeper.h>
 
 typedef struct holder {
     char name[32];
     sfz *h;
+    zhandle_t *zh;           /* --bare: the session */
+    pthread_mutex_t mu;      /* --bare: guards up */
+    pthread_cond_t cv;
+    bool up;
 } holder;
 
 static const char *hosts, *paths, *label = "h";
 static int count, threads, session_ms;
-static bool skew, verbose;
+static bool skew, verbose, bare;
 static holder *holders;
 static atomic_int next_index;
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,6 +108,43 @@ static void quiet_log(void *ctx, const char *level, const char *message)
         emit("log %s %" PRId64 " %s: %s\n", hd->name, mono_ms(), level, message);
 }
 
+static void bare_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh;
+    (void)path;
+    holder *hd = ctx;
+    if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE) {
+        pthread_mutex_lock(&hd->mu);
+        hd->up = true;
+        pthread_cond_broadcast(&hd->cv);
+        pthread_mutex_unlock(&hd->mu);
+    }
+}
+
+/* --bare: a session and nothing else, reported once it is up (or after 120 s). */
+static void bare_start(holder *hd)
+{
+    int64_t t0 = mono_ms();
+    pthread_mutex_init(&hd->mu, NULL);
+    pthread_cond_init(&hd->cv, NULL);
+    hd->zh = zookeeper_init(hosts, bare_watcher, session_ms, NULL, hd, 0);
+    pthread_mutex_lock(&hd->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 120;
+    while (hd->zh != NULL && !hd->up &&
+           pthread_cond_timedwait(&hd->cv, &hd->mu, &until) == 0) {
+    }
+    bool up = hd->up;
+    pthread_mutex_unlock(&hd->mu);
+    int64_t t1 = mono_ms();
+    if (up)
+        emit("started %s %" PRId64 " %" PRId64 " -1 -1\n", hd->name, t1, t1 - t0);
+    else
+        emit("failed %s %" PRId64 " %" PRId64 " -1 no session within 120 s\n", hd->name, t1,
+             t1 - t0);
+}
+
 /* Starts handles until none is left to start. */
 static void *starter(void *arg)
 {
@@ -106,6 +154,10 @@ static void *starter(void *arg)
         if (i >= count)
             return NULL;
         holder *hd = &holders[i];
+        if (bare) {
+            bare_start(hd);
+            continue;
+        }
         sfz_options o;
         sfz_options_init(&o);
         o.zookeeper = hosts;
@@ -148,6 +200,9 @@ static void *stopper(void *arg)
             return NULL;
         sfz_stop(holders[i].h);
         holders[i].h = NULL;
+        if (holders[i].zh != NULL)
+            zookeeper_close(holders[i].zh);
+        holders[i].zh = NULL;
     }
 }
 
@@ -188,7 +243,7 @@ int main(int argc, char **argv)
 {
     if (argc < 6) {
         fprintf(stderr, "usage: scale_holders HOSTS DATACENTER_PATHS COUNT THREADS "
-                        "SESSION_TIMEOUT_MS [--skew] [--label L]\n");
+                        "SESSION_TIMEOUT_MS [--skew] [--bare] [--verbose] [--label L]\n");
         return 2;
     }
     hosts = argv[1];
@@ -199,6 +254,8 @@ int main(int argc, char **argv)
     for (int i = 6; i < argc; i++) {
         if (strcmp(argv[i], "--skew") == 0) {
             skew = true;
+        } else if (strcmp(argv[i], "--bare") == 0) {
+            bare = true;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbose = true;
         } else if (strcmp(argv[i], "--label") == 0 && i + 1 < argc) {
