@@ -1,6 +1,7 @@
 /* registry_claim.c -- the claims: a static id (the original's ephemeral node, retried while
  * another holds it) and an automatic one (registry_queue.c), each followed by the wait for
- * the id's floor; what a claim says when every id is taken; and the checks made before every
+ * the id's floor; what a claim says when every id is taken; a worker node left by a create
+ * whose answer was lost, settled before the next claim; and the checks made before every
  * claim (the peers, a standalone ensemble).
  * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
@@ -49,9 +50,67 @@ int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t ho
         snprintf(holder, holderlen, "(a node that has just gone)");
         return 0;
     }
+    if (rc != ZNODEEXISTS)
+        sf_reg_note_unsure(r, path);
     sf_reg_zk_error(r, rc != ZNODEEXISTS ? rc : grc);
     sf_registry_set_err(err, errlen, "cannot create %s: %s", path, zerror(rc));
     return -1;
+}
+
+void sf_reg_note_unsure(sf_registry *r, const char *path)
+{
+    snprintf(r->unsure_worker, sizeof r->unsure_worker, "%s", path);
+    r->unsure_session = sf_reg_session_id(r);
+}
+
+/* Settles a worker node noted by sf_reg_note_unsure before a claim: a create whose answer
+ * was lost may have been applied, and the node is then our session's. 1 (*id set) when it
+ * is ours and the id this claim may take (we hold it: nothing more to claim); 0 when there
+ * is nothing of ours (gone, another's, or ours elsewhere and now deleted); -1 on ZooKeeper's
+ * error (err filled), the claim to be tried again. */
+static int sf_reg_settle_unsure(sf_registry *r, int64_t *id, char *err, size_t errlen)
+{
+    if (r->unsure_worker[0] == '\0')
+        return 0;
+    char path[SF_REG_PATH_MAX];
+    snprintf(path, sizeof path, "%s", r->unsure_worker);
+    int64_t session = sf_reg_session_id(r);
+    struct Stat st;
+    int rc = r->unsure_session == session ? zoo_exists(r->zh, path, 0, &st) : ZNONODE;
+    if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != session)) {
+        r->unsure_worker[0] = '\0'; /* never made, or gone with its session */
+        return 0;
+    }
+    if (rc != ZOK) {
+        sf_reg_zk_error(r, rc);
+        sf_registry_set_err(err, errlen, "cannot read %s, which our lost create may have made: "
+                            "%s", path, zerror(rc));
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = (size_t)(slash - path);
+    int64_t k;
+    bool here = strlen(r->worker_id_path) == dirlen &&
+                strncmp(path, r->worker_id_path, dirlen) == 0 &&
+                sf_zkpath_parse_worker_id(slash + 1, &k) && (r->wanted_id < 0 || k == r->wanted_id);
+    if (here) {
+        r->unsure_worker[0] = '\0';
+        r->worker_version = st.version;
+        *id = k;
+        sf_reg_log(r, "info", "worker id %" PRId64 " is ours already: the create of an earlier "
+                   "claim was applied though its answer was lost", k);
+        return 1;
+    }
+    rc = zoo_delete(r->zh, path, st.version);
+    if (rc != ZOK && rc != ZNONODE) {
+        sf_reg_zk_error(r, rc);
+        sf_registry_set_err(err, errlen, "cannot delete %s, made by our lost create: %s", path,
+                            zerror(rc));
+        return -1;
+    }
+    r->unsure_worker[0] = '\0';
+    sf_reg_log(r, "info", "deleted %s, made by an earlier claim whose answer was lost", path);
+    return 0;
 }
 
 /* Claims the configured id, retrying while another session holds it (perhaps our own
@@ -142,8 +201,12 @@ int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size
 int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,
                       int64_t *floor_ms, char *err, size_t errlen)
 {
-    int rc = r->wanted_id >= 0 ? sf_reg_claim_static(r, id, err, errlen, retries)
+    int rc = sf_reg_settle_unsure(r, id, err, errlen);
+    if (rc == 0)
+        rc = r->wanted_id >= 0 ? sf_reg_claim_static(r, id, err, errlen, retries)
                                : sf_reg_claim_auto(r, wait_when_scarce, id, err, errlen);
+    else
+        rc = rc > 0 ? 0 : -1;
     if (rc != 0)
         return rc == SF_REGISTRY_ALL_TAKEN || rc == SF_REGISTRY_SCARCE ? rc : -1;
     pthread_mutex_lock(&r->mu);

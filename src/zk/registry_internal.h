@@ -149,6 +149,9 @@ struct sf_registry {
     int64_t pending[SF_REG_PENDING]; /* send times of confirmed renewals on this connection */
     int pending_count;       /* ...not yet certified by a later one */
     char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
+    char unsure_worker[SF_REG_PATH_MAX]; /* a worker node a create of ours may have made (its
+                              * answer lost, not read since); "" = none. The claiming thread's */
+    int64_t unsure_session;  /* ...the session that sent that create */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
@@ -222,7 +225,11 @@ void sf_reg_final_record(sf_registry *r);
  * follows; a node created for a claim that then fails is deleted, so a failed or cancelled
  * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE.
  * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
- * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN. */
+ * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN.
+ * sf_reg_note_unsure records a worker node whose create's outcome is unknown: the next claim
+ * on the session takes it as its own, or deletes it, before claiming anything else, so that
+ * one session never holds two worker ids. */
+void sf_reg_note_unsure(sf_registry *r, const char *path);
 int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
                              char *err, size_t errlen);
 int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,

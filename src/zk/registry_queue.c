@@ -215,13 +215,15 @@ static int sf_reg_take_id(sf_registry *r, int64_t id, char *mine, char *err, siz
         return sf_reg_try_create_worker(r, id, holder, sizeof holder, err, errlen);
     }
     if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
-        /* Applied or not, whole: the worker node tells which. */
+        /* Applied or not, whole: the worker node tells which. Unknown still (that read failed
+         * too, or the transaction is yet to land), the next claim settles it first. */
         struct Stat st;
         if (zoo_exists(r->zh, path, 0, &st) == ZOK && st.ephemeralOwner == sf_reg_session_id(r)) {
             r->worker_version = st.version;
             mine[0] = '\0';
             return 1;
         }
+        sf_reg_note_unsure(r, path);
     }
     sf_reg_zk_error(r, rc);
     sf_registry_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),

@@ -264,22 +264,30 @@ START_TEST(all_taken_message_names_the_rest)
 }
 END_TEST
 
+/* A proxy in front of the test's ZooKeeper, and options that reach it through the proxy
+ * (hosts holds its address), with a session of 6 s and 20 start retries. */
+static sf_test_proxy *proxied_options(sfz_options *o, char *hosts, size_t hostslen,
+                                      const char *path)
+{
+    sf_test_proxy *px = sf_test_proxy_start(atoi(strchr(zk.hosts, ':') + 1));
+    ck_assert_ptr_nonnull(px);
+    snprintf(hosts, hostslen, "127.0.0.1:%d", sf_test_proxy_port(px));
+    test_options(o, hosts, path);
+    o->session_timeout_ms = 6000;
+    o->start_retries = 20;
+    return px;
+}
+
 /* ZooKeeper stops answering for 6 s right after the session came up, the claim's first
  * request held (the connection times out meanwhile): a start with retries left rides it out
  * as it rides out ZooKeeper being down, and does not report the worker ids as taken. */
 START_TEST(claim_outlives_a_stalled_zookeeper)
 {
-    int zk_port = atoi(strchr(zk.hosts, ':') + 1);
-    sf_test_proxy *px = sf_test_proxy_start(zk_port);
-    ck_assert_ptr_nonnull(px);
-    char hosts[64];
-    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", sf_test_proxy_port(px));
     sfz_options o;
     sfz_error err;
     sfz *h = NULL;
-    test_options(&o, hosts, "/e-stall");
-    o.session_timeout_ms = 6000;
-    o.start_retries = 20;
+    char hosts[64];
+    sf_test_proxy *px = proxied_options(&o, hosts, sizeof hosts, "/e-stall");
     sf_test_proxy_hold_after_first(px, 6000);
     int rc = sfz_start(&o, &h, &err);
     int accepted = sf_test_proxy_accepted(px);
@@ -289,6 +297,41 @@ START_TEST(claim_outlives_a_stalled_zookeeper)
                   "left: %s", rc, err.message);
     ck_assert_msg(accepted >= 2, "the stall did not cost the connection (%d accepted): the "
                   "test proves nothing", accepted);
+}
+END_TEST
+
+/* The claim's create reaches ZooKeeper but its answer is lost, and the read that would tell
+ * whether it was applied times out too: the node is ours (our session's) all the same. The
+ * start, trying again on the same session, takes that node as its own rather than claiming a
+ * second id beside it (one process, two worker ids: the peers would see one as stale). */
+START_TEST(lost_create_answer_leaves_one_node)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    char hosts[64];
+    sf_test_proxy *px = proxied_options(&o, hosts, sizeof hosts, "/e-orphan");
+    sf_test_proxy_cut_after(px, "/e-orphan/", 6000); /* the worker node's create */
+    int rc = sfz_start(&o, &h, &err);
+    int accepted = sf_test_proxy_accepted(px);
+    int64_t held = rc == SFZ_OK ? sfz_worker_id(h) : -1;
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    struct String_vector kids = {0, NULL};
+    int lrc = zoo_get_children(zh, "/e-orphan", 0, &kids);
+    char names[256] = "";
+    for (int i = 0; lrc == ZOK && i < kids.count; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), " %s", kids.data[i]);
+    int nodes = lrc == ZOK ? kids.count : -1;
+    deallocate_String_vector(&kids);
+    zookeeper_close(zh);
+    sfz_stop(h);
+    sf_test_proxy_stop(px);
+    ck_assert_msg(rc == SFZ_OK, "the start failed (rc %d) after a lost answer with 20 retries "
+                  "left: %s", rc, err.message);
+    ck_assert_msg(accepted >= 3, "the create's answer was not lost (%d connections): the test "
+                  "proves nothing", accepted);
+    ck_assert_msg(nodes == 1, "one holder has %d worker nodes under /e-orphan:%s (holds %" PRId64
+                  ")", nodes, names, held);
 }
 END_TEST
 
@@ -753,6 +796,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, all_slots_taken_fails);
     tcase_add_test(tc, all_taken_message_names_the_rest);
     tcase_add_test(tc, claim_outlives_a_stalled_zookeeper);
+    tcase_add_test(tc, lost_create_answer_leaves_one_node);
     tcase_add_test(tc, other_datacenter_holder_is_refused);
     tcase_add_test(tc, cancel_during_start);
     tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);

@@ -1,6 +1,6 @@
 /* tcp_proxy.c -- a fault-injecting TCP proxy thread for the tests (see tcp_proxy.h). One poll()
  * loop serves the listener and every connection pair; a pipe wakes it on a mode change. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memmem */
 #include "tcp_proxy.h"
 
 #include <arpa/inet.h>
@@ -32,10 +32,14 @@ struct sf_test_proxy {
     int accepted;
     int hold_ms;               /* > 0: connections' clients are held after their first read,
                                 * until one of them sent something meanwhile */
+    char cut_after[128];       /* non-empty: the first client read holding these bytes passes,
+                                * then its connection passes nothing more */
+    int cut_hold_ms;           /* the hold_ms set once the cut happened */
     int pairs[PROXY_MAX_PAIRS][2]; /* client fd, server fd; -1 when free */
     int hold[PROXY_MAX_PAIRS];     /* the pair's hold: ms still to hold after the first read */
     bool first_read[PROXY_MAX_PAIRS]; /* its client's first read passed */
     int64_t held_until[PROXY_MAX_PAIRS]; /* monotonic ms; 0 = not held */
+    bool cut[PROXY_MAX_PAIRS];     /* passes nothing either way (see cut_after) */
 };
 
 static int64_t sf_proxy_now_ms(void)
@@ -118,18 +122,37 @@ static void sf_proxy_accept(sf_test_proxy *p)
     p->hold[slot] = hold;
     p->first_read[slot] = false;
     p->held_until[slot] = 0;
+    p->cut[slot] = false;
 }
 
-/* Moves what one end has sent to the other end (or drops it when black-holing);
- * false when the pair is finished. */
-static bool sf_proxy_pump(int from, int to, bool blackhole)
+/* True once when buf holds the bytes cut_after asks for: they are the last the pair passes,
+ * and later connections are held for cut_hold_ms after their first read. */
+static bool sf_proxy_cut_now(sf_test_proxy *p, const char *buf, size_t n)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t len = strlen(p->cut_after);
+    bool hit = len > 0 && memmem(buf, n, p->cut_after, len) != NULL;
+    if (hit) {
+        p->cut_after[0] = '\0';
+        p->hold_ms = p->cut_hold_ms;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return hit;
+}
+
+/* Moves what one end has sent to the other end (or drops it when black-holing or cut);
+ * false when the pair is finished. k is 0 for the client's end. */
+static bool sf_proxy_pump(sf_test_proxy *p, int i, int k, bool blackhole)
 {
     char buf[16384];
+    int from = p->pairs[i][k], to = p->pairs[i][1 - k];
     ssize_t n = read(from, buf, sizeof buf);
     if (n <= 0)
         return false;
-    if (blackhole)
+    if (blackhole || p->cut[i])
         return true;
+    if (k == 0 && sf_proxy_cut_now(p, buf, (size_t)n))
+        p->cut[i] = true; /* after this read: the request goes, its answer is lost */
     for (ssize_t off = 0; off < n;) {
         ssize_t w = write(to, buf + off, (size_t)(n - off));
         if (w < 0 && errno == EINTR)
@@ -192,7 +215,7 @@ static void *sf_proxy_loop(void *arg)
             int i = idx[j] / 2, k = idx[j] % 2;
             if (p->pairs[i][k] < 0)
                 continue;
-            if (!sf_proxy_pump(p->pairs[i][k], p->pairs[i][1 - k], mode == SF_PROXY_BLACKHOLE))
+            if (!sf_proxy_pump(p, i, k, mode == SF_PROXY_BLACKHOLE))
                 sf_proxy_close_pair(p, i);
             else if (k == 0 && p->hold[i] > 0 && !p->first_read[i]) {
                 p->first_read[i] = true;
@@ -280,6 +303,14 @@ void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms)
 {
     pthread_mutex_lock(&p->mu);
     p->hold_ms = ms;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void sf_test_proxy_cut_after(sf_test_proxy *p, const char *bytes, int hold_next_ms)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->cut_after, sizeof p->cut_after, "%s", bytes);
+    p->cut_hold_ms = hold_next_ms;
     pthread_mutex_unlock(&p->mu);
 }
 

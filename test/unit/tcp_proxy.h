@@ -35,6 +35,13 @@ void sf_test_proxy_forward_then_refuse(sf_test_proxy *p, int n);
  * held again on the next). */
 void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms);
 
+/* The first time the client sends something holding bytes (e.g. a ZooKeeper path), passes
+ * that read on and then nothing more on its connection, either way: the request reaches the
+ * server, its answer is lost, and the client times out as on a dead network. Later
+ * connections are then held as sf_test_proxy_hold_after_first(hold_next_ms) does (0: not
+ * held), so what the client asks first after reconnecting times out too. */
+void sf_test_proxy_cut_after(sf_test_proxy *p, const char *bytes, int hold_next_ms);
+
 /* How many connections the proxy has accepted so far. */
 int sf_test_proxy_accepted(sf_test_proxy *p);
 
