@@ -682,6 +682,7 @@ START_TEST(fleet_of_128_claims_in_parallel)
         f->o.session_timeout_ms = 10000;
         f->o.datacenter_id = -1;
         f->o.datacenter_paths = paths;
+        f->o.start_retries = 20; /* a busy machine loses sessions while they start */
         f->o.log = fleet_log;
         f->o.log_ctx = f;
         ck_assert_int_eq(pthread_create(&t[i], NULL, fleet_start, f), 0);
@@ -718,7 +719,7 @@ START_TEST(fleet_of_128_claims_in_parallel)
     ck_assert_msg(wrong == 0, "%d holders made no id of their own pair", wrong);
     ck_assert_msg(reconnected == 0, "%d starts opened more than one ZooKeeper session",
                   reconnected);
-    ck_assert_msg(all_ms < 45000, "%d holders took %" PRId64 " ms to serve", N, all_ms);
+    ck_assert_msg(all_ms < 90000, "%d holders took %" PRId64 " ms to serve", N, all_ms);
 }
 END_TEST
 
