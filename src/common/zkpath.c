@@ -1,11 +1,18 @@
 /* zkpath.c -- checks a ZooKeeper path against ZooKeeper's own rules (absolute, no empty,
  * "." or ".." component) and ours (not the root, bounded length), so that a bad
  * worker_id_path is refused by the settings check instead of after the port is bound; and
- * reads a worker node's name, which must be the id's one canonical spelling, and an embedded
- * holder's description. */
+ * reads a worker node's name, which must be the id's one canonical spelling, and writes and
+ * reads an embedded holder's description. */
+#define _GNU_SOURCE /* HOST_NAME_MAX */
 #include "zkpath.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hostport.h"
 #include "lib/snowflake.h"
@@ -79,4 +86,14 @@ bool sf_zkpath_parse_embedded(const char *data, int64_t *datacenter_id)
         }
     }
     return true;
+}
+
+void sf_zkpath_format_embedded(char *out, size_t outlen, int64_t datacenter_id)
+{
+    char host[HOST_NAME_MAX + 1];
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[HOST_NAME_MAX] = '\0';
+    snprintf(out, outlen, SF_ZKPATH_EMBEDDED_PREFIX "pid=%ld host=%s datacenter=%" PRId64,
+             (long)getpid(), host, datacenter_id);
 }

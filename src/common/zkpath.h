@@ -6,6 +6,7 @@
 #define SF_ZKPATH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The longest path accepted: room left under it for "-locks", "-state" and a node name. */
@@ -28,5 +29,8 @@ bool sf_zkpath_parse_worker_id(const char *name, int64_t *id);
 /* True when data is an embedded holder's description; *datacenter_id is its datacenter id,
  * or -1 when the description names none. */
 bool sf_zkpath_parse_embedded(const char *data, int64_t *datacenter_id);
+
+/* Writes this process's description as an embedded holder of datacenter_id into out. */
+void sf_zkpath_format_embedded(char *out, size_t outlen, int64_t datacenter_id);
 
 #endif

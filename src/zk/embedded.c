@@ -2,12 +2,11 @@
  * for programs that make ids in process. The registry claims and guards the worker id; its
  * callbacks publish the worker and the lease to the fence, which every call makes its ids
  * through. Knows nothing of sockets or Thrift. */
-#define _GNU_SOURCE /* gethostname's HOST_NAME_MAX, eventfd */
+#define _GNU_SOURCE /* eventfd */
 #include "snowflake_zk.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdarg.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/clocks.h"
+#include "common/jitter.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
 #include "embedded_health.h"
@@ -43,6 +43,7 @@ struct sfz {
     char *zookeeper, *auth, *worker_id_path, *holder;
     bool default_holder;         /* holder is ours: it names the datacenter tried */
     sfz_datacenters *dcs;        /* datacenter_paths, parsed; NULL for a fixed datacenter */
+    int dc_index;                /* with dcs: the datacenter tried now (first: at random) */
     sfz_options o;               /* the options, its strings pointing at the copies above */
     sf_fence *fence;             /* owns every worker published */
     sf_worker *workers[SF_MAX_WORKER_ID + 1]; /* one per id held so far, reused on a reclaim */
@@ -198,18 +199,21 @@ static void sfz_registry_log(void *ctx, const char *level, const char *message)
     sfz_log_line(ctx, level, "%s", message);
 }
 
-/* An embedded holder's node data, for the datacenter tried now: "embedded pid=<pid>
+/* The node data for the datacenter tried now: an embedded holder's "embedded pid=<pid>
  * host=<host> datacenter=<id>" (a holder given in the options is kept). */
 static void sfz_describe_holder(sfz *h)
 {
-    if (!h->default_holder)
-        return;
-    char host[HOST_NAME_MAX + 1];
-    if (gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "unknown");
-    host[HOST_NAME_MAX] = '\0';
-    snprintf(h->holder, SFZ_HOLDER_MAX, SF_ZKPATH_EMBEDDED_PREFIX "pid=%ld host=%s datacenter=%"
-             PRId64, (long)getpid(), host, h->o.datacenter_id);
+    if (h->default_holder)
+        sf_zkpath_format_embedded(h->holder, SFZ_HOLDER_MAX, h->o.datacenter_id);
+}
+
+/* With an automatic datacenter: the i-th of datacenter_paths is the one tried (or held). */
+static void sfz_use_datacenter(sfz *h, int i)
+{
+    h->dc_index = i;
+    h->o.datacenter_id = h->dcs->ids[i];
+    h->o.worker_id_path = h->dcs->paths[i];
+    sfz_describe_holder(h);
 }
 
 /* Copies s into *out (NULL stays NULL); false when out of memory. */
@@ -266,11 +270,10 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     h->o.worker_id_path = h->worker_id_path;
     h->o.holder = h->holder;
     h->o.datacenter_paths = NULL; /* parsed into h->dcs */
-    if (h->dcs != NULL) { /* the first datacenter tried, until one is claimed */
-        h->o.datacenter_id = h->dcs->ids[0];
-        h->o.worker_id_path = h->dcs->paths[0];
-    }
-    sfz_describe_holder(h);
+    if (h->dcs != NULL) /* the first datacenter tried: at random, so a fleet spreads */
+        sfz_use_datacenter(h, sf_jitter_below(h->dcs->count));
+    else
+        sfz_describe_holder(h);
     *out = h;
     return SFZ_OK;
 }
@@ -307,14 +310,7 @@ static void sfz_registry_options(sfz *h, sf_registry_options *ro)
 /* Waits ms, or less when cancelled; true when not cancelled. */
 static bool sfz_wait(sfz *h, int64_t ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sf_clocks_mono_timespec(sf_clocks_mono_ms() + ms);
     pthread_mutex_lock(&h->lock);
     while (!h->cancelled && pthread_cond_timedwait(&h->wake, &h->lock, &until) == 0) {
     }
@@ -334,14 +330,51 @@ static void sfz_drop_registry(sfz *h)
     sf_registry_close(r);
 }
 
-/* One try: a registry, its claim. 0, SF_REGISTRY_UNREACHABLE or -1 with msg filled. */
-static int sfz_try_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *msg, size_t len)
+/* With an automatic datacenter: the claim over every datacenter of datacenter_paths, on
+ * one session, from the one tried now (registry.h, sf_registry_claim_any); the datacenter
+ * claimed under is the one the handle uses from then on. */
+static int sfz_claim_any(sfz *h, sf_registry *r, int64_t *worker_id, int64_t *floor_ms,
+                         char *msg, size_t len)
 {
-    sf_registry_options ro;
-    sfz_registry_options(h, &ro);
-    sf_registry *r = sf_registry_new(&ro, msg, len);
-    if (r == NULL)
-        return -1;
+    int n = h->dcs->count, chosen = h->dc_index;
+    sf_registry_place places[SF_MAX_DATACENTER_ID + 1];
+    char holders[SF_MAX_DATACENTER_ID + 1][SFZ_HOLDER_MAX];
+    for (int i = 0; i < n; i++) {
+        if (h->default_holder)
+            sf_zkpath_format_embedded(holders[i], SFZ_HOLDER_MAX, h->dcs->ids[i]);
+        else
+            snprintf(holders[i], SFZ_HOLDER_MAX, "%s", h->holder);
+        places[i] = (sf_registry_place){.worker_id_path = h->dcs->paths[i],
+                                        .datacenter_id = h->dcs->ids[i], .host_port = holders[i]};
+    }
+    int rc = sf_registry_claim_any(r, places, n, h->dc_index, &chosen, worker_id, floor_ms,
+                                   msg, len);
+    pthread_mutex_lock(&h->lock);
+    sfz_use_datacenter(h, chosen);
+    pthread_mutex_unlock(&h->lock);
+    if (rc == SF_REGISTRY_ALL_TAKEN)
+        snprintf(msg, len, "all %d worker ids of each of the %d datacenters in "
+                 "datacenter_paths are taken (`snowflake-zk list --path PATH` names the "
+                 "holders under a path)", SF_MAX_WORKER_ID + 1, n);
+    return rc;
+}
+
+/* One try: the claim (over the datacenters, with an automatic one) on the handle's registry,
+ * made at the first try and kept for the next ones, so that a try after a slow or lost
+ * connection goes on with the session the client library is still bringing up (a new one
+ * only when it expired) instead of adding another to a busy ensemble. 0,
+ * SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED, or another failure, with msg filled. */
+static int sfz_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *msg, size_t len)
+{
+    pthread_mutex_lock(&h->lock);
+    sf_registry *r = h->registry;
+    pthread_mutex_unlock(&h->lock);
+    if (r == NULL) {
+        sf_registry_options ro;
+        sfz_registry_options(h, &ro);
+        if ((r = sf_registry_new(&ro, msg, len)) == NULL)
+            return -1;
+    }
     pthread_mutex_lock(&h->lock);
     bool cancelled = h->cancelled;
     h->registry = r;
@@ -350,61 +383,42 @@ static int sfz_try_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *ms
         snprintf(msg, len, "stopped");
         return -1;
     }
-    return sf_registry_claim(r, worker_id, floor_ms, msg, len);
+    return h->dcs != NULL ? sfz_claim_any(h, r, worker_id, floor_ms, msg, len)
+                          : sf_registry_claim(r, worker_id, floor_ms, msg, len);
 }
 
-/* With an automatic datacenter: moves to the next datacenter after one whose ids are all
- * taken; false (with msg saying so) after the last. */
-static bool sfz_next_datacenter(sfz *h, char *msg, size_t len)
-{
-    int i = 0;
-    while (h->dcs != NULL && i < h->dcs->count && h->dcs->ids[i] != h->o.datacenter_id)
-        i++;
-    if (h->dcs == NULL || i + 1 >= h->dcs->count) {
-        if (h->dcs != NULL) {
-            char last[SF_REGISTRY_ERR_MAX];
-            snprintf(last, sizeof last, "%s", msg);
-            snprintf(msg, len, "all %d worker ids of each of the %d datacenters in "
-                     "datacenter_paths are taken (the last: %.*s)", SF_MAX_WORKER_ID + 1,
-                     h->dcs->count, (int)(len / 2), last);
-        }
-        return false;
-    }
-    sfz_log_line(h, "info", "%s; trying datacenter %" PRId64 " under %s", msg, h->dcs->ids[i + 1],
-                 h->dcs->paths[i + 1]);
-    h->o.datacenter_id = h->dcs->ids[i + 1];
-    h->o.worker_id_path = h->dcs->paths[i + 1];
-    sfz_describe_holder(h);
-    return true;
-}
+/* What a claim may say in an sfz_error, leaving room for what sfz_run adds around it: a
+ * message is never cut. */
+#define SFZ_CLAIM_MSG_MAX (SFZ_ERROR_MAX - 160)
 
 int sfz_run(sfz *h, sfz_error *err)
 {
-    char msg[SF_REGISTRY_ERR_MAX];
+    char msg[SFZ_CLAIM_MSG_MAX];
     int64_t worker_id = -1, floor_ms = -1, wait_ms = h->o.start_retry_wait_ms;
     for (int attempt = 0;; attempt++) {
-        int rc = sfz_try_claim(h, &worker_id, &floor_ms, msg, sizeof msg);
+        int rc = sfz_claim(h, &worker_id, &floor_ms, msg, sizeof msg);
         if (rc == 0)
             break;
-        sfz_drop_registry(h);
-        if (rc == SF_REGISTRY_ALL_TAKEN && sfz_next_datacenter(h, msg, sizeof msg)) {
-            attempt = -1; /* the next datacenter has its own tries */
-            continue;
-        }
         pthread_mutex_lock(&h->lock);
         bool cancelled = h->cancelled;
         pthread_mutex_unlock(&h->lock);
+        /* Taken, or a check failed: trying again changes nothing. ZooKeeper unreachable, or
+         * failing a request of the claim: it may be back in a moment. */
+        bool again = rc == SF_REGISTRY_UNREACHABLE || rc == SF_REGISTRY_ZK_FAILED;
+        if (cancelled || !again || attempt >= h->o.start_retries)
+            sfz_drop_registry(h); /* the session goes now, not at sfz_stop */
         if (cancelled)
             return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while starting: %s", msg);
-        if (rc != SF_REGISTRY_UNREACHABLE)
+        if (!again)
             return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
         if (attempt >= h->o.start_retries)
             return sfz_fail(err, SFZ_ERR_UNREACHABLE, "%s (tried %d time%s; start_retries = "
                             "%d)", msg, attempt + 1, attempt == 0 ? "" : "s",
                             h->o.start_retries);
-        sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (%d of %d)", msg, wait_ms,
+        int64_t wait = sf_jitter_ms(wait_ms); /* a fleet that failed together spreads out */
+        sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (%d of %d)", msg, wait,
                      attempt + 1, h->o.start_retries);
-        if (!sfz_wait(h, wait_ms))
+        if (!sfz_wait(h, wait))
             return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while waiting to try ZooKeeper again");
         wait_ms = wait_ms * 2 < SFZ_RETRY_WAIT_CAP_MS ? wait_ms * 2 : SFZ_RETRY_WAIT_CAP_MS;
     }
@@ -538,9 +552,10 @@ int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen)
 {
     pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
     int taken = h->registry != NULL ? sf_registry_worker_ids_taken(h->registry) : -1;
-    if (path != NULL && pathlen > 0)
-        snprintf(path, pathlen, "%s",
-                 h->registry != NULL ? sf_registry_worker_id_path(h->registry) : "");
+    if (path != NULL && pathlen > 0 && h->registry != NULL)
+        sf_registry_worker_id_path(h->registry, path, pathlen);
+    else if (path != NULL && pathlen > 0)
+        path[0] = '\0';
     pthread_mutex_unlock(&h->lock);
     return taken;
 }

@@ -29,8 +29,7 @@ void sf_registry_set_client_logging(bool verbose)
     zoo_set_debug_level(verbose ? ZOO_LOG_LEVEL_WARN : (ZooLogLevel)0);
 }
 
-/* Duplicates a string, or makes "<path><suffix>" when s is NULL. */
-static char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
+char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
 {
     if (s)
         return strdup(s);
@@ -62,8 +61,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->auth = opts->auth && *opts->auth ? strdup(opts->auth) : NULL;
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
-    atomic_init(&r->slots_taken, -1);
-    atomic_init(&r->slots_off, false);
+    sf_reg_slots_init(r);
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;
@@ -73,6 +71,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->negotiated_ms = opts->session_timeout_ms;
     r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
     r->state = SF_REG_CONNECTING;
+    r->claim_waits = true;
     pthread_mutex_init(&r->mu, NULL);
     if (sf_clocks_cond_init(&r->cv) != 0 || !r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
@@ -87,25 +86,61 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     return r;
 }
 
+/* The claim after the session is up: the paths, the peers, the claim itself. */
+static int sf_reg_claim_here(sf_registry *r, int64_t *id, int64_t *floor, char *err,
+                             size_t errlen)
+{
+    if (sf_reg_ensure_paths(r, err, errlen) != 0)
+        return -1;
+    if (!r->o.skip_sanity_checks && sf_reg_check_peers(r, err, errlen) != 0)
+        return -1;
+    return sf_reg_claim_once(r, r->o.claim_retries, r->claim_waits, id, floor, err, errlen);
+}
+
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen)
 {
-    int rc = sf_reg_wait_session(r, err, errlen);
-    if (rc != 0)
-        return rc;
-    sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
-               (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
-    if (sf_reg_ensure_path(r, r->worker_id_path, err, errlen) != 0 ||
-        sf_reg_ensure_path(r, r->lock_path, err, errlen) != 0 ||
-        sf_reg_ensure_path(r, r->state_path, err, errlen) != 0)
-        return -1;
-    sf_reg_warn_standalone(r);
-    if (r->o.skip_sanity_checks)
-        sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
-    else if (sf_reg_check_peers(r, err, errlen) != 0)
-        return -1;
+    int rc;
+    pthread_mutex_lock(&r->mu);
+    bool expired = r->expired || r->zh == NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (expired) { /* a claim tried again after its session expired: a new one */
+        if (sf_reg_open_session(r, err, errlen) != 0)
+            return -1;
+        r->session_checked = false;
+    }
+    if (!r->session_checked) {
+        if ((rc = sf_reg_wait_session(r, err, errlen)) != 0)
+            return rc;
+        r->session_checked = true;
+        sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
+                   (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
+        sf_reg_warn_standalone(r);
+        if (r->o.skip_sanity_checks)
+            sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
+    }
+    pthread_mutex_lock(&r->mu);
+    uint64_t conn = r->conn;
+    bool up = r->connected && !r->expired;
+    r->zk_failed = false;
+    pthread_mutex_unlock(&r->mu);
+    if (!up) {
+        sf_registry_set_err(err, errlen, "the ZooKeeper session with '%s' was lost before "
+                            "claiming under %s", r->hosts, r->worker_id_path);
+        return SF_REGISTRY_ZK_FAILED;
+    }
     int64_t id = -1, floor = -1;
-    rc = sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen);
+    rc = sf_reg_claim_here(r, &id, &floor, err, errlen);
+    if (rc == -1) {
+        /* ZooKeeper's failure (a request lost or timed out, the session gone), not a
+         * holder's or a check's: the caller may try again. */
+        pthread_mutex_lock(&r->mu);
+        if (r->zk_failed || r->conn != conn || r->expired)
+            rc = SF_REGISTRY_ZK_FAILED;
+        pthread_mutex_unlock(&r->mu);
+        if (sf_reg_stopped(r))
+            rc = -1;
+    }
     if (rc != 0)
         return rc;
     if (sf_reg_stopped(r)) {
@@ -178,7 +213,7 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
         pthread_mutex_unlock(&r->mu);
         return;
     }
-    if (!kept && sf_reg_claim_once(r, 0, &id, &floor, err, sizeof err) != 0) {
+    if (!kept && sf_reg_claim_once(r, 0, true, &id, &floor, err, sizeof err) != 0) {
         char reason[SF_REGISTRY_ERR_MAX + 64];
         snprintf(reason, sizeof reason, "claiming a worker id again failed, will retry: %s", err);
         pthread_mutex_lock(&r->mu);
@@ -225,7 +260,9 @@ static void *sf_reg_thread(void *arg)
             pthread_mutex_unlock(&r->mu);
             continue;
         }
-        int64_t wake = now + 1000;
+        int64_t wake = now + 1000, slots = sf_reg_slots_refresh(r);
+        if (slots > 0 && slots < wake)
+            wake = slots;
         if (state == SF_REG_SERVING) {
             if (sf_reg_renew_wake(r) < wake)
                 wake = sf_reg_renew_wake(r);
@@ -318,6 +355,7 @@ void sf_registry_close(sf_registry *r)
         sf_reg_final_record(r);
         zookeeper_close(r->zh);
     }
+    sf_reg_slots_free(r);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r->hosts);

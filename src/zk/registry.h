@@ -170,15 +170,47 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 /* Returned by sf_registry_claim of an automatic id when none of the 32 can be claimed
  * under worker_id_path: another path (another datacenter) may have one. */
 #define SF_REGISTRY_ALL_TAKEN (-3)
-
+/* Returned by sf_registry_claim when a ZooKeeper request failed for ZooKeeper's reasons (the
+ * connection lost or timed out, the session expired): worth trying again, as unreachable. */
+#define SF_REGISTRY_ZK_FAILED (-4)
 /* Waits for the session (up to the session timeout, at least 5 s), checks the peers (unless
  * skipped), claims the worker id (static or automatic), and waits until the clock is past the
  * timestamp recorded for it. On success *worker_id is the id held and *floor_ms the recorded
- * timestamp (-1 if none). Blocks; call once. Fails with -1, SF_REGISTRY_UNREACHABLE or
- * SF_REGISTRY_ALL_TAKEN, with err filled. sf_registry_cancel makes it return -1 at once with "stopped" in err, leaving no
- * worker node behind. */
+ * timestamp (-1 if none). Blocks. Fails with -1 (taken, a check failed, or stopped),
+ * SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED or SF_REGISTRY_ALL_TAKEN, with err filled;
+ * after the first two it may be called again (it waits on for the session the client is
+ * still bringing up, or opens a new one when it expired). sf_registry_cancel makes it return
+ * -1 at once with "stopped" in err, leaving no worker node behind.
+ *
+ * An automatic claim queues (ZooKeeper's lock recipe under lock_path) and its place in the
+ * queue picks its id: with more ids free than claimants ahead of it, it takes the free id
+ * at its place at once (a lone claimant takes the lowest free one), so that claimants
+ * coming together claim in parallel; with fewer (scarce), it waits its turn, so ids go to
+ * claimants in the order they came. The worker node's ephemeral create is the claim
+ * whatever the queue says: one holder per id. registry_queue.c says how. */
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);
+
+/* One path an automatic claim may take its id under: the worker_id_path (its lock and state
+ * paths derived from it), the datacenter id of its holders, and our node's data there. */
+typedef struct sf_registry_place {
+    const char *worker_id_path;
+    int64_t datacenter_id;
+    const char *host_port;
+} sf_registry_place;
+
+/* sf_registry_claim of an automatic id over several places (an automatic datacenter), on one
+ * session, walking them from places[first] in order (wrapping): a place whose ids are all
+ * taken is passed over at the cost of one listing; one with fewer ids free than claimants
+ * queued ahead is left for later, since another may have ids to spare; only when none has
+ * does the claim come back to the first such place and wait its turn there. *chosen is the
+ * index of the place claimed under (or last tried). For a registry made with an automatic
+ * id, without lock_path or state_path of its own; the registry then claims again (after a
+ * fence) under the place it holds. Fails as sf_registry_claim does; SF_REGISTRY_ALL_TAKEN
+ * when every place is full. */
+int sf_registry_claim_any(sf_registry *r, const sf_registry_place *places, int n, int first,
+                          int *chosen, int64_t *worker_id, int64_t *floor_ms, char *err,
+                          size_t errlen);
 
 /* Renews the lease until serving may begin (see above; at most T + REPORT), reports serving
  * (or not) through on_state, and starts the registry's thread, which renews and reports
@@ -204,17 +236,21 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen);
 int64_t sf_registry_worker_id(sf_registry *r);
 
 /* How many of the SF_REGISTRY_MAX_WORKERS ids under worker_id_path anyone holds, as last
- * read: a watch on the path's children, set at the claim, reads them again on every change,
- * so this costs nothing per id. -1 before the first read. Thread-safe, lock-free. */
+ * read: a watch on the path's children, set at the claim, reads them again (from the
+ * registry's thread, at most once a second) after every change, so this costs nothing per
+ * id. -1 before the first read. Thread-safe, lock-free. */
 int sf_registry_worker_ids_taken(sf_registry *r);
 
-/* The worker_id_path the registry claims under (its own copy, valid until closed). */
-const char *sf_registry_worker_id_path(sf_registry *r);
+/* Copies the worker_id_path the registry claims under (or last tried) into out. */
+void sf_registry_worker_id_path(sf_registry *r, char *out, size_t outlen);
 
 /* Copies into out (at most max) the "host:port" of each peer under worker_id_path that
- * serves Thrift (not ours, not an embedded holder), for the live clock checks. From any
- * thread: it reads through the current session, which a new session waits for. Returns how
- * many, or -1 with err filled while not connected or when the path cannot be listed. */
+ * serves Thrift (not ours, not an embedded holder), for the live clock checks: the holders
+ * the watch above keeps, each one's node data read once (again only when its node may have
+ * been replaced), so a round costs no request while the fleet does not change; before the
+ * watch's first listing, the path is listed now. From any thread: it reads through the
+ * current session, which a new session waits for. Returns how many, or -1 with err filled
+ * while not connected or when the path cannot be listed. */
 int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], int max,
                            char *err, size_t errlen);
 

@@ -37,6 +37,10 @@
 #define SF_REG_RECENT 4           /* round trips the start of serving is judged by */
 #define SF_REG_UNLOCK_TRIES 3     /* deletes of our lock node before leaving it to the thread */
 #define SF_REG_UNLOCK_RETRY_MS 1000 /* the thread's later tries */
+#define SF_REG_SLOTS_EVERY_MS 1000  /* the holders under the path are read at most this often */
+/* An automatic claim that does not wait when ids are scarce (claim_waits false) returns this
+ * when fewer are free than claimants queued ahead of it. */
+#define SF_REGISTRY_SCARCE (-5)
 
 typedef enum sf_reg_state {
     SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
@@ -98,6 +102,16 @@ typedef struct sf_reg_confirmed {
     int64_t sent, confirmed; /* boot ms: before it was sent, when its confirmation ran */
 } sf_reg_confirmed;
 
+/* The holders under worker_id_path as the slots watch last saw them (registry_slots.c). */
+typedef struct sf_reg_holders {
+    pthread_mutex_t mu;      /* guards the fields below */
+    bool known;              /* a listing of the path arrived */
+    int32_t cversion;        /* the path's child version at that listing */
+    uint32_t present;        /* a bit per worker id held */
+    uint32_t gen[SF_REGISTRY_MAX_WORKERS]; /* bumped when the id's holder may have changed */
+    char *data[SF_REGISTRY_MAX_WORKERS];   /* each holder's node data once read; NULL = not */
+} sf_reg_holders;
+
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
     char *hosts, *worker_id_path, *lock_path, *state_path, *host_port, *auth;
@@ -121,6 +135,11 @@ struct sf_registry {
     uint64_t events;         /* bumped by every watch, so waiters see a change */
     int auth_rc;             /* result of zoo_add_auth, 1 while pending */
     int zh_users;            /* other threads reading through zh: it is not closed meanwhile */
+    bool session_checked;    /* sf_registry_claim found this session up (and warned once) */
+    bool claim_waits;        /* the caller's automatic claim waits its turn when ids are
+                              * scarce (else SF_REGISTRY_SCARCE); the thread's always waits */
+    bool zk_failed;          /* a request of the claim now under way failed for ZooKeeper's
+                              * reasons (connection, timeout, session), not for a holder's */
 
     int64_t held_id;         /* -1 while no id is held */
     int64_t floor_ms;        /* the floor found when the id was claimed */
@@ -137,6 +156,9 @@ struct sf_registry {
     sf_reg_confirmed pending[SF_REG_PENDING]; /* oldest first */
     int pending_count;
     char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
+    char unsure_worker[SF_REG_PATH_MAX]; /* a worker node a create of ours may have made (its
+                              * answer lost, not read since); "" = none. The claiming thread's */
+    int64_t unsure_session;  /* ...the session that sent that create */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
@@ -169,7 +191,13 @@ struct sf_registry {
     pthread_t thread;
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
     atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
+    atomic_bool slots_dirty; /* the watch fired: the thread reads the holders again */
+    int64_t slots_read_at;   /* boot ms of the last read the watch was armed with */
+    sf_reg_holders holders;  /* who holds them, for the live peer list */
 };
+
+/* registry.c: "<path><suffix>", or a copy of s when it is not NULL (NULL when out of memory). */
+char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix);
 
 /* registry_state.c: the state machine and its reports. */
 void sf_reg_wait_locked(sf_registry *r, int64_t ms);
@@ -182,7 +210,9 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
 void sf_reg_deliver(sf_registry *r);
 void sf_reg_set_floor_wait(sf_registry *r, bool waiting);
 
-/* registry_session.c: the session, its watcher, paths and ACLs. */
+/* registry_session.c: the session, its watcher, paths and ACLs; sf_reg_zk_error notes a
+ * request that failed for ZooKeeper's reasons (a lost or timed-out connection, an expired
+ * session), which the caller of a claim may try again. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
 int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
@@ -190,9 +220,12 @@ int64_t sf_reg_session_id(sf_registry *r);
 struct ACL_vector *sf_reg_acl(sf_registry *r);
 void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
 void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
-int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen);
+/* Makes sure worker_id_path, lock_path and state_path exist (looked up at once: a read
+ * each, where a create of a node that exists would still be a write through the leader). */
+int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen);
 int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
                       struct Stat *stat);
+void sf_reg_zk_error(sf_registry *r, int rc);
 
 /* registry_lease.c: the floor record. */
 bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
@@ -213,14 +246,41 @@ bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *er
                            size_t errlen);
 void sf_reg_final_record(sf_registry *r);
 
-/* registry_claim.c: the claim recipes and the peer checks. */
-void sf_reg_retry_unlock(sf_registry *r);
-int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,
-                      char *err, size_t errlen);
+/* registry_claim.c: the claims and the peer checks.
+ * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
+ * 1 when we hold it (also when an ambiguous earlier attempt already made it ours), 0 when
+ * another session holds it (holder filled), -1 on a ZooKeeper error (err filled).
+ * sf_reg_claim_once makes one claim (static: a single try unless retries > 0; automatic:
+ * the queue, waiting its turn when ids are scarce or not) and the restart-safety wait that
+ * follows; a node created for a claim that then fails is deleted, so a failed or cancelled
+ * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE.
+ * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
+ * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN.
+ * sf_reg_note_unsure records a worker node whose create's outcome is unknown: the next claim
+ * on the session takes it as its own, or deletes it, before claiming anything else, so that
+ * one session never holds two worker ids. */
+void sf_reg_note_unsure(sf_registry *r, const char *path);
+int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
+                             char *err, size_t errlen);
+int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,
+                      int64_t *floor_ms, char *err, size_t errlen);
+int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);
 int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
 void sf_reg_warn_standalone(sf_registry *r);
 
-/* registry_slots.c: the count of worker ids taken. Lock held; only queues a request. */
+/* registry_queue.c: the automatic claim (0, -1, SF_REGISTRY_ALL_TAKEN, SF_REGISTRY_SCARCE),
+ * and the registry thread's retry of a lock node whose delete failed. */
+int sf_reg_claim_auto(sf_registry *r, bool wait_when_scarce, int64_t *id, char *err,
+                      size_t errlen);
+void sf_reg_retry_unlock(sf_registry *r);
+
+/* registry_slots.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
+ * held) only queues a request; sf_reg_slots_refresh (lock held, the registry's thread) arms
+ * the watch again after a change, returning 0 or, when it is too soon, the boot ms to try
+ * at; init and free bracket the registry's life. */
 void sf_reg_slots_watch(sf_registry *r);
+int64_t sf_reg_slots_refresh(sf_registry *r);
+void sf_reg_slots_init(sf_registry *r);
+void sf_reg_slots_free(sf_registry *r);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

@@ -3,6 +3,7 @@
  * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
+#include "registry_batch.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -166,7 +167,7 @@ void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen)
 }
 
 /* Creates path and its parents as persistent nodes; an existing node is fine. */
-int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errlen)
+static int sf_reg_create_path(sf_registry *r, const char *path, char *err, size_t errlen)
 {
     char buf[SF_REG_PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
@@ -177,6 +178,7 @@ int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errle
         *p = '\0';
         int rc = zoo_create(r->zh, buf, NULL, -1, sf_reg_acl(r), 0, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
+            sf_reg_zk_error(r, rc);
             sf_registry_set_err(err, errlen, "cannot create the ZooKeeper path %s: %s%s", buf,
                                 zerror(rc), rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
             return -1;
@@ -187,6 +189,32 @@ int sf_reg_ensure_path(sf_registry *r, const char *path, char *err, size_t errle
     }
 }
 
+int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen)
+{
+    const char *paths[] = {r->worker_id_path, r->lock_path, r->state_path};
+    enum { N = sizeof paths / sizeof paths[0] };
+    sf_reg_read found[N];
+    sf_reg_batch batch;
+    sf_reg_batch_init(&batch);
+    for (int i = 0; i < N; i++)
+        sf_reg_batch_exists(&batch, r->zh, paths[i], &found[i]);
+    sf_reg_batch_wait(&batch);
+    sf_reg_batch_free(&batch);
+    for (int i = 0; i < N; i++) {
+        if (found[i].rc == ZOK)
+            continue;
+        if (found[i].rc != ZNONODE) {
+            sf_reg_zk_error(r, found[i].rc);
+            sf_registry_set_err(err, errlen, "cannot look up the ZooKeeper path %s: %s",
+                                paths[i], zerror(found[i].rc));
+            return -1;
+        }
+        if (sf_reg_create_path(r, paths[i], err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Reads a node's data as a string. Returns a ZooKeeper code. */
 int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
                       struct Stat *stat)
@@ -195,4 +223,25 @@ int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen
     int rc = zoo_get(r->zh, path, 0, out, &len, stat);
     out[rc == ZOK && len > 0 ? len : 0] = '\0';
     return rc;
+}
+
+void sf_reg_zk_error(sf_registry *r, int rc)
+{
+    switch (rc) {
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZSESSIONEXPIRED:
+    case ZSESSIONMOVED:
+    case ZINVALIDSTATE:
+    case ZCLOSING:
+    case ZNEWCONFIGNOQUORUM:
+    case ZRECONFIGINPROGRESS:
+    case ZTHROTTLEDOP:
+        pthread_mutex_lock(&r->mu);
+        r->zk_failed = true;
+        pthread_mutex_unlock(&r->mu);
+        break;
+    default:
+        break;
+    }
 }

@@ -1,57 +1,191 @@
-/* registry_slots.c -- how many of the 32 worker ids under worker_id_path are taken, for the
- * operators' figures: a children watch on the path, armed when an id is claimed and again
- * by every change ZooKeeper reports, so the count costs one read per change of the fleet
- * and nothing per id. Part of the registry (registry.c says how the parts fit). */
+/* registry_slots.c -- the holders under worker_id_path as last seen: a children watch on the
+ * path, armed when an id is claimed and again after every change ZooKeeper reports, keeps
+ * which of the 32 ids are taken (the operators' count) and each holder's node data, read
+ * once per new holder (the peers the live clock check asks). The watch is armed again by
+ * the registry's thread, at most once a second: the 32 holders of a path starting together
+ * read it a few times each, not once per holder that came. So both cost a read per change
+ * of the fleet (or per second, while it changes) and nothing per id or in steady state.
+ * Part of the registry (registry.c says how the parts fit).
+ *
+ * A holder's node data never changes while its node lives (renewals write the same data),
+ * so it is read again only when its node may have been replaced: when the listing shows the
+ * id gone or new, or when the path's child version moved by more than the names that came
+ * and went (a node deleted and created again between two listings moves it by two and
+ * changes no name). A read that a change overtook is not kept (the id's generation). */
+#define _GNU_SOURCE
 #include "registry_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clocks.h"
 #include "common/zkpath.h"
+#include "registry_peers.h"
 
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
                                  void *ctx);
 
-/* Completion of the children read: counts the children named as worker ids. */
-static void sf_reg_slots_done(int rc, const struct String_vector *kids, const void *data)
+/* Bits set in x. */
+static int sf_reg_bits(uint32_t x)
+{
+    return __builtin_popcount(x);
+}
+
+/* Completion of the children read: the ids taken, and which holders' data to read again. */
+static void sf_reg_slots_done(int rc, const struct String_vector *kids, const struct Stat *stat,
+                              const void *data)
 {
     sf_registry *r = (sf_registry *)data;
-    if (rc != ZOK || kids == NULL)
-        return; /* the count stays as last seen; the next claim reads it again */
-    int taken = 0;
+    if (rc != ZOK || kids == NULL || stat == NULL)
+        return; /* the view stays as last seen; the next claim reads it again */
+    uint32_t present = 0;
     for (int i = 0; i < kids->count; i++) {
         int64_t id;
         if (sf_zkpath_parse_worker_id(kids->data[i], &id))
-            taken++;
+            present |= 1u << id;
     }
-    atomic_store_explicit(&r->slots_taken, taken, memory_order_relaxed);
+    sf_reg_holders *v = &r->holders;
+    pthread_mutex_lock(&v->mu);
+    uint32_t changed = present ^ v->present;
+    if (!v->known || (uint32_t)(stat->cversion - v->cversion) != (uint32_t)sf_reg_bits(changed))
+        changed = ~0u; /* something came and went unseen: every holder's data may be stale */
+    for (int id = 0; id < SF_REGISTRY_MAX_WORKERS; id++) {
+        if (!(changed & (1u << id)))
+            continue;
+        v->gen[id]++;
+        free(v->data[id]);
+        v->data[id] = NULL;
+    }
+    v->present = present;
+    v->cversion = stat->cversion;
+    v->known = true;
+    pthread_mutex_unlock(&v->mu);
+    atomic_store_explicit(&r->slots_taken, sf_reg_bits(present), memory_order_relaxed);
 }
 
 /* Reads the children of worker_id_path on zh and leaves a watch on them. Only queues the
  * request: safe with r->mu held and from the client's own callbacks. */
 static void sf_reg_slots_read(sf_registry *r, zhandle_t *zh)
 {
-    int rc = zoo_awget_children(zh, r->worker_id_path, sf_reg_slots_watcher, r,
-                                sf_reg_slots_done, r);
+    int rc = zoo_awget_children2(zh, r->worker_id_path, sf_reg_slots_watcher, r,
+                                 sf_reg_slots_done, r);
     if (rc != ZOK && rc != ZINVALIDSTATE && rc != ZCLOSING)
         sf_reg_log(r, "warning", "cannot count the worker ids taken under %s: %s",
                    r->worker_id_path, zerror(rc));
 }
 
-/* The watch fires once per change: read again, which sets the next one. Session events
- * need nothing: the client keeps the watch over a reconnection, and a new session's claim
- * sets a new one. */
+/* The watch fires once per change: the registry's thread reads again, which sets the next
+ * one (sf_reg_slots_refresh). Session events need nothing: the client keeps the watch over
+ * a reconnection, and a new session's claim sets a new one. */
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
                                  void *ctx)
 {
+    (void)zh;
     (void)state;
     (void)path;
     sf_registry *r = ctx;
-    if (type == ZOO_CHILD_EVENT && !atomic_load(&r->slots_off))
-        sf_reg_slots_read(r, zh);
+    if (type == ZOO_CHILD_EVENT)
+        atomic_store(&r->slots_dirty, true);
 }
 
 void sf_reg_slots_watch(sf_registry *r)
 {
-    if (r->zh != NULL)
+    if (r->zh != NULL) {
+        r->slots_read_at = sf_clocks_boot_ms();
         sf_reg_slots_read(r, r->zh);
+    }
+}
+
+int64_t sf_reg_slots_refresh(sf_registry *r)
+{
+    if (!atomic_load(&r->slots_dirty))
+        return 0;
+    int64_t due = r->slots_read_at + SF_REG_SLOTS_EVERY_MS;
+    if (sf_clocks_boot_ms() < due)
+        return due;
+    if (r->zh != NULL && r->connected && !atomic_load(&r->slots_off)) {
+        atomic_store(&r->slots_dirty, false);
+        sf_reg_slots_watch(r);
+    }
+    return 0;
+}
+
+void sf_reg_slots_init(sf_registry *r)
+{
+    memset(&r->holders, 0, sizeof r->holders);
+    pthread_mutex_init(&r->holders.mu, NULL);
+    atomic_init(&r->slots_taken, -1);
+    atomic_init(&r->slots_off, false);
+    atomic_init(&r->slots_dirty, false);
+}
+
+void sf_reg_slots_free(sf_registry *r)
+{
+    for (int id = 0; id < SF_REGISTRY_MAX_WORKERS; id++)
+        free(r->holders.data[id]);
+    pthread_mutex_destroy(&r->holders.mu);
+}
+
+/* Copies holder id's node data into out, reading it through zh when not known yet (kept
+ * unless a change overtook the read). False when the holder is gone or cannot be read. */
+static bool sf_reg_holder_data(sf_registry *r, zhandle_t *zh, int id, char *out, size_t outlen)
+{
+    sf_reg_holders *v = &r->holders;
+    pthread_mutex_lock(&v->mu);
+    bool present = v->present & (1u << id), known = v->data[id] != NULL;
+    uint32_t gen = v->gen[id];
+    if (known)
+        snprintf(out, outlen, "%s", v->data[id]);
+    pthread_mutex_unlock(&v->mu);
+    if (!present || known)
+        return present;
+    char path[SF_REG_PATH_MAX];
+    int len = (int)outlen - 1;
+    snprintf(path, sizeof path, "%s/%d", r->worker_id_path, id);
+    if (zoo_get(zh, path, 0, out, &len, NULL) != ZOK)
+        return false;
+    out[len > 0 ? len : 0] = '\0';
+    pthread_mutex_lock(&v->mu);
+    if (v->gen[id] == gen && v->data[id] == NULL)
+        v->data[id] = strdup(out); /* not kept when out of memory: read again next time */
+    pthread_mutex_unlock(&v->mu);
+    return true;
+}
+
+int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], int max,
+                           char *err, size_t errlen)
+{
+    pthread_mutex_lock(&r->mu);
+    zhandle_t *zh = r->connected && !r->stop ? r->zh : NULL;
+    r->zh_users += zh != NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (zh == NULL) {
+        sf_registry_set_err(err, errlen, "not connected to ZooKeeper");
+        return -1;
+    }
+    pthread_mutex_lock(&r->holders.mu);
+    bool known = r->holders.known;
+    pthread_mutex_unlock(&r->holders.mu);
+    int n = 0;
+    if (!known) { /* before the watch's first listing: list now */
+        sf_registry_peers peers = {.zh = zh, .worker_id_path = r->worker_id_path,
+                                   .host_port = r->host_port};
+        n = sf_registry_peers_list(&peers, out, max, err, errlen);
+    } else {
+        for (int id = 0; id < SF_REGISTRY_MAX_WORKERS && n < max; id++) {
+            int64_t dc;
+            if (sf_reg_holder_data(r, zh, id, out[n], SF_REGISTRY_PEER_MAX) &&
+                (r->host_port == NULL || strcmp(out[n], r->host_port) != 0) &&
+                !sf_zkpath_parse_embedded(out[n], &dc))
+                n++; /* serving Thrift, not us */
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    r->zh_users--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 int sf_registry_worker_ids_taken(sf_registry *r)
@@ -59,7 +193,9 @@ int sf_registry_worker_ids_taken(sf_registry *r)
     return atomic_load_explicit(&r->slots_taken, memory_order_relaxed);
 }
 
-const char *sf_registry_worker_id_path(sf_registry *r)
+void sf_registry_worker_id_path(sf_registry *r, char *out, size_t outlen)
 {
-    return r->worker_id_path;
+    pthread_mutex_lock(&r->mu);
+    snprintf(out, outlen, "%s", r->worker_id_path);
+    pthread_mutex_unlock(&r->mu);
 }

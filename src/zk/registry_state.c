@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/clocks.h"
+#include "common/jitter.h"
 #include "lib/snowflake.h"
 
 /* An absolute CLOCK_MONOTONIC deadline ms from now, for pthread_cond_timedwait. */
@@ -112,8 +113,9 @@ static void sf_reg_move(sf_registry *r, sf_reg_state next, const char *reason)
     r->state = next;
 }
 
-/* Fences: stops serving at once (reported) and schedules the next try after the backoff;
- * cause is reason's kind, for sf_registry_get_health. */
+/* Fences: stops serving at once (reported) and schedules the next try after the backoff,
+ * drawn from its upper half: holders fenced together (every session lost at once) come back
+ * spread out, not in one burst. cause is reason's kind, for sf_registry_get_health. */
 static void sf_reg_fence(sf_registry *r, sf_registry_cause cause, const char *reason)
 {
     bool was_serving = r->state == SF_REG_SERVING;
@@ -121,7 +123,7 @@ static void sf_reg_fence(sf_registry *r, sf_registry_cause cause, const char *re
     sf_reg_move(r, SF_REG_FENCED, reason);
     r->lease_until = 0;
     sf_reg_queue_fenced(r, reason, was_serving);
-    r->retry_at = sf_clocks_boot_ms() + r->backoff_ms;
+    r->retry_at = sf_clocks_boot_ms() + sf_jitter_ms(r->backoff_ms);
     r->backoff_ms = r->backoff_ms * 2 > SF_REG_BACKOFF_MAX_MS ? SF_REG_BACKOFF_MAX_MS
                                                               : r->backoff_ms * 2;
 }

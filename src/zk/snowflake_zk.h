@@ -2,7 +2,7 @@
  * ZooKeeper, for programs that embed the generator instead of calling snowflaked.
  *
  * sfz_start claims a worker id under worker_id_path (or, with an automatic datacenter, under
- * the first of datacenter_paths with a free id) exactly as snowflaked does: snowflaked
+ * one of datacenter_paths with a free id) exactly as snowflaked does: snowflaked
  * registers through this library (the original's ephemeral nodes, the automatic claim queue,
  * the lease renewed by conditional writes, the floor recorded for the next holder). Then
  * sfz_next_id hands out libsnowflake's ids only while that lease holds: never after it ran
@@ -38,8 +38,10 @@ enum {
     SFZ_ERR_NOMEM = SF_ERR_NOMEM,
     SFZ_ERR_CLOCK = SF_ERR_CLOCK,             /* the clock is unusable */
     SFZ_ERR_FENCED = -20,      /* no lease held now (the message says why): retry later */
-    SFZ_ERR_UNREACHABLE = -21, /* sfz_start: no ZooKeeper server answered, every try */
-    SFZ_ERR_CLAIM = -22,       /* sfz_start: no worker id could be claimed (taken, checks) */
+    SFZ_ERR_UNREACHABLE = -21, /* sfz_start: ZooKeeper did not answer, or failed a request
+                                  of the claim (connection lost or timed out), every try */
+    SFZ_ERR_CLAIM = -22,       /* sfz_start: no worker id could be claimed (every one taken,
+                                  or a peer check failed): trying again changes nothing */
     SFZ_ERR_STOPPED = -23      /* sfz_start: sfz_cancel was called */
 };
 
@@ -135,11 +137,14 @@ typedef struct sfz_options {
     const char *auth;           /* "user:password" for digest auth and ACLs, or NULL */
     const char *worker_id_path; /* default /snowflake-servers; the lock and state paths are
                                    worker_id_path + "-locks" and + "-state" */
-    int64_t worker_id;          /* 0..31, or -1 (the default) for the lowest free one */
+    int64_t worker_id;          /* 0..31, or -1 (the default) for a free one: the lowest,
+                                   or the next ones up when others claim at the same time */
     int64_t datacenter_id;      /* 0..31, default 0; or -1 with datacenter_paths */
     const char *datacenter_paths; /* with datacenter_id -1 (automatic): "D=/path,D=/path"
-                                   (D 0..31, each its own path, at most 32): the lowest free
-                                   (datacenter, worker) pair over them; the paths replace
+                                   (D 0..31, each its own path, at most 32): a free
+                                   (datacenter, worker) pair over them, starting at one of
+                                   the datacenters chosen at random and going on to the next
+                                   with a free id, on one ZooKeeper session; the paths replace
                                    worker_id_path, and worker_id must be -1 */
     int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS */
     int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
@@ -177,8 +182,12 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err);
 
 /* Connects, checks, claims a worker id and waits until the clock is past the timestamp
  * recorded for it; then the handle serves and renews its lease on a thread of its own.
- * When no ZooKeeper server answers, tries start_retries more times, waiting
- * start_retry_wait_ms (doubling) between tries, then fails with SFZ_ERR_UNREACHABLE.
+ * When no ZooKeeper server answers, or ZooKeeper fails a request of the claim (a connection
+ * lost or timed out, a session expired), tries start_retries more times, waiting about
+ * start_retry_wait_ms (doubling, each wait drawn from its upper half so that a fleet
+ * starting together spreads out) between tries, then fails with SFZ_ERR_UNREACHABLE.
+ * With every id taken it fails at once with SFZ_ERR_CLAIM, the message naming how many
+ * hold them and as many holders as fit ("..., and N more").
  * Blocks until then; sfz_cancel from another thread makes it fail with SFZ_ERR_STOPPED.
  * On success *out is the handle. */
 int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err);
@@ -210,8 +219,9 @@ int64_t sfz_worker_id(sfz *h);
 int64_t sfz_datacenter_id(sfz *h);
 
 /* How many of the 32 worker ids under the path the handle claimed in are held now, by any
- * holder, for an operator's figures: a watch on the path's children reads them again on
- * every change ZooKeeper reports, so ids pay nothing for it. -1 before the first count.
+ * holder, for an operator's figures: a watch on the path's children reads them again within
+ * a second of every change ZooKeeper reports, so ids pay nothing for it, and a fleet that
+ * does not change costs ZooKeeper nothing. -1 before the first count.
  * path (pathlen bytes), when not NULL, receives that path ("" while none). */
 int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen);
 
@@ -226,7 +236,9 @@ const char *sfz_session_name(int session);
 
 /* The live clock check: with query_peer given, the handle asks up to SFZ_SKEW_SAMPLE peers
  * that serve Thrift for their clock every SFZ_SKEW_INTERVAL_MS, on a thread of its own, each
- * answer corrected by half its round trip. Its estimate of our skew is the median of the
+ * answer corrected by half its round trip. The peers are those the watch above keeps (each
+ * holder's node read once), so the rounds cost ZooKeeper nothing while the fleet does not
+ * change. Its estimate of our skew is the median of the
  * offsets with our own (0) among them (of two middle values, the one nearer 0), so that one
  * node whose clock drifts is out of line and the others are not; with max_peer_skew_ms set,
  * a skew beyond it refuses ids (SFZ_ERR_FENCED, saying so) until a later round is within

@@ -17,6 +17,7 @@
 #
 # The server is Debian's `zookeeper` package run directly (ZooKeeperServerMain), so no
 # system service, no /etc change and no port outside the loopback address is involved.
+# ZK_JAVA_OPTS replaces its JVM options (default: a small heap and a quick start, for tests).
 set -eu
 
 die() { echo "zk-server.sh: $*" >&2; exit 1; }
@@ -109,7 +110,8 @@ CFG
     cat "$dir/quorum.cfg" >>"$dir/zoo.cfg"
     main=org.apache.zookeeper.server.quorum.QuorumPeerMain
   fi
-  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+  # shellcheck disable=SC2086 # ZK_JAVA_OPTS is a list of options
+  java ${ZK_JAVA_OPTS:--Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} \
     -cp "$ZK_CONF_DIR:$ZK_JAR" -Dzookeeper.log.dir="$dir" \
     -Dzookeeper.root.logger=WARN,CONSOLE -Dzookeeper.admin.enableServer=false \
     "$main" "$dir/zoo.cfg" \

@@ -5,7 +5,9 @@
  * its session timeout. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME, prctl */
 #include <check.h>
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +226,115 @@ START_TEST(all_slots_taken_fails)
     ck_assert_msg(rc == SFZ_ERR_CLAIM && h == NULL, "rc %d: %s", rc, err.message);
     ck_assert_msg(strstr(err.message, "all 32 worker ids under /e-full are taken") != NULL, "%s",
                   err.message);
+}
+END_TEST
+
+/* Every id taken by holders whose names fill more than a message holds: the message names
+ * how many hold them and as many whole holders as fit, then how many more there are, never
+ * a holder cut in the middle. */
+START_TEST(all_taken_message_names_the_rest)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    ck_assert_int_eq(zoo_create(zh, "/e-long", "", 0, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    for (int i = 0; i <= SF_MAX_WORKER_ID; i++) {
+        char node[64], data[128];
+        snprintf(node, sizeof node, "/e-long/%d", i);
+        snprintf(data, sizeof data, "embedded pid=%d host=a-rather-long-host-name-%02d.example."
+                 "org datacenter=0", 10000 + i, i);
+        ck_assert_int_eq(zoo_create(zh, node, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL, NULL, 0), ZOK);
+    }
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-long");
+    int rc = sfz_start(&o, &h, &err);
+    zookeeper_close(zh);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM && h == NULL, "rc %d: %s", rc, err.message);
+    const char *more = strstr(err.message, ", and ");
+    ck_assert_msg(more != NULL && strstr(more, " more") != NULL, "the message names no rest: "
+                  "\"%s\"", err.message);
+    ck_assert_msg(strstr(err.message, "32 holders") != NULL, "no count: \"%s\"", err.message);
+    /* Whole entries: the last one named ends with its datacenter, right before ", and N". */
+    ck_assert_msg(more - err.message > 12 && strncmp(more - 12, "datacenter=0", 12) == 0,
+                  "the last holder named is cut: \"%s\"", err.message);
+    int named = 0, rest = -1;
+    for (const char *p = err.message; (p = strstr(p, "embedded pid=")) != NULL; p++)
+        named++;
+    ck_assert_int_eq(sscanf(more, ", and %d more", &rest), 1);
+    ck_assert_msg(named + rest == SF_MAX_WORKER_ID + 1, "%d named + %d more: \"%s\"", named, rest,
+                  err.message);
+}
+END_TEST
+
+/* A proxy in front of the test's ZooKeeper, and options that reach it through the proxy
+ * (hosts holds its address), with a session of 6 s and 20 start retries. */
+static sf_test_proxy *proxied_options(sfz_options *o, char *hosts, size_t hostslen,
+                                      const char *path)
+{
+    sf_test_proxy *px = sf_test_proxy_start(atoi(strchr(zk.hosts, ':') + 1));
+    ck_assert_ptr_nonnull(px);
+    snprintf(hosts, hostslen, "127.0.0.1:%d", sf_test_proxy_port(px));
+    test_options(o, hosts, path);
+    o->session_timeout_ms = 6000;
+    o->start_retries = 20;
+    return px;
+}
+
+/* ZooKeeper stops answering for 6 s right after the session came up, the claim's first
+ * request held (the connection times out meanwhile): a start with retries left rides it out
+ * as it rides out ZooKeeper being down, and does not report the worker ids as taken. */
+START_TEST(claim_outlives_a_stalled_zookeeper)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    char hosts[64];
+    sf_test_proxy *px = proxied_options(&o, hosts, sizeof hosts, "/e-stall");
+    sf_test_proxy_hold_after_first(px, 6000);
+    int rc = sfz_start(&o, &h, &err);
+    int accepted = sf_test_proxy_accepted(px);
+    sfz_stop(h);
+    sf_test_proxy_stop(px);
+    ck_assert_msg(rc == SFZ_OK, "the start failed (rc %d) on a stall of 6 s with 20 retries "
+                  "left: %s", rc, err.message);
+    ck_assert_msg(accepted >= 2, "the stall did not cost the connection (%d accepted): the "
+                  "test proves nothing", accepted);
+}
+END_TEST
+
+/* The claim's create reaches ZooKeeper but its answer is lost, and the read that would tell
+ * whether it was applied times out too: the node is ours (our session's) all the same. The
+ * start, trying again on the same session, takes that node as its own rather than claiming a
+ * second id beside it (one process, two worker ids: the peers would see one as stale). */
+START_TEST(lost_create_answer_leaves_one_node)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    char hosts[64];
+    sf_test_proxy *px = proxied_options(&o, hosts, sizeof hosts, "/e-orphan");
+    sf_test_proxy_cut_after(px, "/e-orphan/", 6000); /* the worker node's create */
+    int rc = sfz_start(&o, &h, &err);
+    int accepted = sf_test_proxy_accepted(px);
+    int64_t held = rc == SFZ_OK ? sfz_worker_id(h) : -1;
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    struct String_vector kids = {0, NULL};
+    int lrc = zoo_get_children(zh, "/e-orphan", 0, &kids);
+    char names[256] = "";
+    for (int i = 0; lrc == ZOK && i < kids.count; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), " %s", kids.data[i]);
+    int nodes = lrc == ZOK ? kids.count : -1;
+    deallocate_String_vector(&kids);
+    zookeeper_close(zh);
+    sfz_stop(h);
+    sf_test_proxy_stop(px);
+    ck_assert_msg(rc == SFZ_OK, "the start failed (rc %d) after a lost answer with 20 retries "
+                  "left: %s", rc, err.message);
+    ck_assert_msg(accepted >= 3, "the create's answer was not lost (%d connections): the test "
+                  "proves nothing", accepted);
+    ck_assert_msg(nodes == 1, "one holder has %d worker nodes under /e-orphan:%s (holds %" PRId64
+                  ")", nodes, names, held);
 }
 END_TEST
 
@@ -614,6 +726,160 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
 }
 END_TEST
 
+/* One holder of the fleet below: its handle, how its start ended, the sessions it opened. */
+typedef struct fleet_holder {
+    sfz_options o;
+    sfz *h;
+    int rc;
+    int sessions;
+    int64_t took_ms;
+    sfz_error err;
+} fleet_holder;
+
+static void fleet_log(void *ctx, const char *level, const char *message)
+{
+    fleet_holder *f = ctx;
+    (void)level;
+    if (strstr(message, "ZooKeeper session 0x") != NULL)
+        __atomic_add_fetch(&f->sessions, 1, __ATOMIC_RELAXED);
+}
+
+static void *fleet_start(void *arg)
+{
+    fleet_holder *f = arg;
+    int64_t t0 = sf_test_boot_ms();
+    f->rc = sfz_start(&f->o, &f->h, &f->err);
+    f->took_ms = sf_test_boot_ms() - t0;
+    return NULL;
+}
+
+/* 128 holders started at once over 4 datacenter paths of 32 ids: every (datacenter, worker)
+ * pair taken, none twice, each holder serving ids of its own pair; each start on one
+ * ZooKeeper session, whichever datacenter it ends in (a full one is passed over, not
+ * reconnected for); all serving within a generous bound. ZooKeeper takes every connection
+ * from this one address (maxClientCnxns = 0: its default of 60 would refuse the 61st). */
+START_TEST(fleet_of_128_claims_in_parallel)
+{
+    enum { N = 128, PATHS = 4 };
+    sf_test_zk fz;
+    ck_assert_int_eq(sf_test_zk_start(&fz), 0);
+    ck_assert_int_eq(sf_test_zk_set_extra_cfg(&fz, "maxClientCnxns=0\n"), 0);
+    ck_assert_int_eq(sf_test_zk_stop(&fz), 0);
+    ck_assert_int_eq(sf_test_zk_restart(&fz), 0);
+    static fleet_holder fleet[N];
+    pthread_t t[N];
+    const char *paths = "0=/f-dc0,1=/f-dc1,2=/f-dc2,3=/f-dc3";
+    int64_t t0 = sf_test_boot_ms();
+    for (int i = 0; i < N; i++) {
+        fleet_holder *f = &fleet[i];
+        memset(f, 0, sizeof *f);
+        test_options(&f->o, fz.hosts, "/unused");
+        f->o.session_timeout_ms = 10000;
+        f->o.datacenter_id = -1;
+        f->o.datacenter_paths = paths;
+        f->o.start_retries = 20; /* a busy machine loses sessions while they start */
+        f->o.log = fleet_log;
+        f->o.log_ctx = f;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, fleet_start, f), 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    int64_t all_ms = sf_test_boot_ms() - t0, slowest = 0;
+    bool held[PATHS][SF_MAX_WORKER_ID + 1] = {{false}};
+    int failed = 0, twice = 0, reconnected = 0, wrong = 0;
+    for (int i = 0; i < N; i++) {
+        fleet_holder *f = &fleet[i];
+        if (f->rc != SFZ_OK) {
+            if (failed++ == 0)
+                fprintf(stderr, "fleet: holder %d: %s\n", i, f->err.message);
+            continue;
+        }
+        slowest = f->took_ms > slowest ? f->took_ms : slowest;
+        int64_t dc = sfz_datacenter_id(f->h), w = sfz_worker_id(f->h), id;
+        twice += held[dc][w];
+        held[dc][w] = true;
+        reconnected += f->sessions != 1;
+        sfz_error err;
+        if (sfz_next_id(f->h, &id, &err) != SFZ_OK || worker_of(id) != w ||
+            ((id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID) != dc)
+            wrong++;
+    }
+    for (int i = 0; i < N; i++)
+        sfz_stop(fleet[i].h);
+    sf_test_zk_destroy(&fz);
+    fprintf(stderr, "fleet: %d holders all serving after %" PRId64 " ms, the slowest start %"
+            PRId64 " ms\n", N, all_ms, slowest);
+    ck_assert_msg(failed == 0, "%d of %d starts failed", failed, N);
+    ck_assert_msg(twice == 0, "%d pairs held twice", twice);
+    ck_assert_msg(wrong == 0, "%d holders made no id of their own pair", wrong);
+    ck_assert_msg(reconnected == 0, "%d starts opened more than one ZooKeeper session",
+                  reconnected);
+    ck_assert_msg(all_ms < 90000, "%d holders took %" PRId64 " ms to serve", N, all_ms);
+}
+END_TEST
+
+/* The requests the suite's server has received so far, from its mntr. */
+static int64_t server_packets(void)
+{
+    int port = atoi(strchr(zk.hosts, ':') + 1), fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(write(fd, "mntr", 4), 4);
+    char buf[65536];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)n;
+    close(fd);
+    buf[got] = '\0';
+    const char *line = strstr(buf, "zk_packets_received\t");
+    ck_assert_msg(line != NULL, "no zk_packets_received in mntr: %s", buf);
+    return strtoll(line + strlen("zk_packets_received\t"), NULL, 10);
+}
+
+static int peer_refuses(void *ctx, const char *host_port, int64_t *worker_id,
+                        int64_t *datacenter_id, int64_t *timestamp_ms, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)worker_id;
+    (void)datacenter_id;
+    (void)timestamp_ms;
+    snprintf(err, errlen, "nothing listens at %s", host_port);
+    return 1;
+}
+
+/* The live clock check needs the holders under the path each second; a full path of 31
+ * others must not cost a listing and 31 reads a second (32 requests, 40 times a handle's
+ * renewals): the holders' watch keeps them, and a read goes out only when they change. */
+START_TEST(live_peer_list_reads_only_changes)
+{
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    fill_slots(zh, "/e-live", 0, SF_MAX_WORKER_ID);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-live");
+    o.session_timeout_ms = 10000; /* a renewal every 1.25 s */
+    o.query_peer = peer_refuses;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    sf_test_sleep_ms(3000); /* the first rounds read each holder once */
+    int64_t p0 = server_packets();
+    sf_test_sleep_ms(5000);
+    int64_t per_s = (server_packets() - p0) / 5;
+    sfz_skew skew;
+    sfz_get_skew(h, &skew);
+    sfz_stop(h);
+    zookeeper_close(zh);
+    fprintf(stderr, "live: %" PRId64 " ZooKeeper requests a second, one holder beside 31\n",
+            per_s);
+    ck_assert_msg(per_s <= 8, "%" PRId64 " ZooKeeper requests a second for one holder beside 31 "
+                  "others (its renewals are about 1 a second)", per_s);
+    ck_assert_msg(skew.failures == 0, "the live check asked %" PRIu64 " embedded holders",
+                  skew.failures);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -624,6 +890,9 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, options_at_their_maxima_serve);
     tcase_add_test(tc, unreachable_zookeeper_fails_after_retries);
     tcase_add_test(tc, all_slots_taken_fails);
+    tcase_add_test(tc, all_taken_message_names_the_rest);
+    tcase_add_test(tc, claim_outlives_a_stalled_zookeeper);
+    tcase_add_test(tc, lost_create_answer_leaves_one_node);
     tcase_add_test(tc, other_datacenter_holder_is_refused);
     tcase_add_test(tc, cancel_during_start);
     tcase_add_test(tc, keeps_refusing_while_fenced_then_serves_again);
@@ -634,7 +903,12 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
     tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
+    tcase_add_test(tc, live_peer_list_reads_only_changes);
     suite_add_tcase(s, tc);
+    TCase *fleet = tcase_create("fleet");
+    tcase_set_timeout(fleet, 120);
+    tcase_add_test(fleet, fleet_of_128_claims_in_parallel);
+    suite_add_tcase(s, fleet);
     return s;
 }
 

@@ -352,7 +352,8 @@ static int count_children(zhandle_t *zh, const char *path)
 
 /* An automatic claim whose lock node could not be deleted (here: no delete permission,
  * given back a moment later; in life a connection lost at that moment) must not leave
- * every later automatic claim queued behind it for as long as its session serves. */
+ * every later automatic claim that finds ids scarce (here: one left) queued behind it for
+ * as long as its session serves. */
 START_TEST(orphaned_lock_node_is_deleted_later)
 {
     sf_registry_options o;
@@ -370,6 +371,12 @@ START_TEST(orphaned_lock_node_is_deleted_later)
     ck_assert_int_eq(sf_registry_watch(a, err, sizeof err), 0);
     ck_assert_int_eq(id, 0);
     ck_assert_int_eq(count_children(zh, "/t-orphan-locks"), 1); /* the orphan */
+    for (int i = 2; i < SF_REGISTRY_MAX_WORKERS; i++) {
+        char node[64];
+        snprintf(node, sizeof node, "/t-orphan/%d", i);
+        ck_assert_int_eq(zoo_create(zh, node, "elsewhere:1", 11, &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL, NULL, 0), ZOK);
+    }
     test_options(&o, zk.hosts, "/t-orphan", -1, 2000);
     claim_job job = {.r = sf_registry_new(&o, job.err, sizeof job.err)};
     ck_assert_msg(job.r != NULL, "%s", job.err);

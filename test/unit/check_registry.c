@@ -536,11 +536,18 @@ START_TEST(cancel_interrupts_lock_wait)
 {
     sf_registry_options o;
     char err[SF_REGISTRY_ERR_MAX];
-    /* A lock node ahead of ours, held by another session: our claim waits behind it. */
+    /* One id free and a lock node ahead of ours, held by another session: ids are scarce,
+     * so our claim waits its turn behind it. */
     zhandle_t *zh = sf_test_zk_client(zk.hosts);
     zoo_create(zh, "/t-cancel-lock", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     zoo_create(zh, "/t-cancel-lock-locks", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
     zoo_create(zh, "/t-cancel-lock-state", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    for (int i = 1; i < SF_REGISTRY_MAX_WORKERS; i++) {
+        char node[64];
+        snprintf(node, sizeof node, "/t-cancel-lock/%d", i);
+        ck_assert_int_eq(zoo_create(zh, node, "elsewhere:1", 11, &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL, NULL, 0), ZOK);
+    }
     char ahead[256];
     ck_assert_int_eq(zoo_create(zh, "/t-cancel-lock-locks/lock-", NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
                                 ZOO_EPHEMERAL_SEQUENTIAL, ahead, sizeof ahead), ZOK);

@@ -1,7 +1,7 @@
 /* tcp_proxy.c -- a fault-injecting TCP proxy thread for the tests (see tcp_proxy.h). One poll()
  * loop serves the listener and every connection pair; a pipe wakes it on a mode change. What
  * is delayed or held waits in a queue per direction of each pair, in the order it came. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memmem */
 #include "tcp_proxy.h"
 
 #include <arpa/inet.h>
@@ -51,6 +51,15 @@ struct sf_test_proxy {
     bool release;              /* hold_up just ended: send what was held */
     int pairs[PROXY_MAX_PAIRS][2]; /* client fd, server fd; -1 when free */
     sf_proxy_queue queues[PROXY_MAX_PAIRS][2]; /* what waits to go from pairs[i][k] */
+    int hold_ms;               /* > 0: connections' clients are held after their first read,
+                                * until one of them sent something meanwhile */
+    char cut_after[128];       /* non-empty: the first client read holding these bytes passes,
+                                * then its connection passes nothing more */
+    int cut_hold_ms;           /* the hold_ms set once the cut happened */
+    int hold[PROXY_MAX_PAIRS];     /* the pair's hold: ms still to hold after the first read */
+    bool first_read[PROXY_MAX_PAIRS]; /* its client's first read passed */
+    int64_t held_until[PROXY_MAX_PAIRS]; /* monotonic ms; 0 = not held */
+    bool cut[PROXY_MAX_PAIRS];     /* passes nothing either way (see cut_after) */
 };
 
 static int64_t sf_proxy_now_ms(void)
@@ -58,6 +67,21 @@ static int64_t sf_proxy_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Ends the hold of pair i: when its client sent something meanwhile, the hold caught a
+ * request, and later connections are not held. */
+static void sf_proxy_end_hold(sf_test_proxy *p, int i)
+{
+    if (p->held_until[i] == 0)
+        return;
+    p->held_until[i] = 0;
+    char b;
+    if (recv(p->pairs[i][0], &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+        pthread_mutex_lock(&p->mu);
+        p->hold_ms = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 /* Drops what waits in a queue. */
@@ -98,6 +122,8 @@ static int sf_proxy_connect_target(int port)
 /* Closes both ends of a pair and frees its slot. */
 static void sf_proxy_close_pair(sf_test_proxy *p, int i)
 {
+    if (p->pairs[i][0] >= 0)
+        sf_proxy_end_hold(p, i);
     for (int k = 0; k < 2; k++) {
         if (p->pairs[i][k] >= 0)
             close(p->pairs[i][k]);
@@ -114,6 +140,7 @@ static void sf_proxy_accept(sf_test_proxy *p)
         return;
     pthread_mutex_lock(&p->mu);
     p->accepted++;
+    int hold = p->hold_ms;
     sf_test_proxy_mode mode = p->mode;
     if (mode == SF_PROXY_FORWARD && p->forward_budget == 0)
         mode = p->mode = SF_PROXY_REFUSE;
@@ -134,6 +161,10 @@ static void sf_proxy_accept(sf_test_proxy *p)
     sf_proxy_nodelay(c);
     p->pairs[slot][0] = c;
     p->pairs[slot][1] = s;
+    p->hold[slot] = hold;
+    p->first_read[slot] = false;
+    p->held_until[slot] = 0;
+    p->cut[slot] = false;
 }
 
 /* Writes all of buf to fd; false when the other end is gone. */
@@ -150,17 +181,34 @@ static bool sf_proxy_write_all(int fd, const char *buf, size_t n)
     return true;
 }
 
+/* True once when buf holds the bytes cut_after asks for: they are the last the pair passes,
+ * and later connections are held for cut_hold_ms after their first read. */
+static bool sf_proxy_cut_now(sf_test_proxy *p, const char *buf, size_t n)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t len = strlen(p->cut_after);
+    bool hit = len > 0 && memmem(buf, n, p->cut_after, len) != NULL;
+    if (hit) {
+        p->cut_after[0] = '\0';
+        p->hold_ms = p->cut_hold_ms;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return hit;
+}
+
 /* Moves what end k of pair i has sent to the other end: at once, or queued until due when
  * a delay or a hold applies (or something already waits: the order is kept); dropped when
- * black-holing. False when the pair is finished. */
+ * black-holing or cut. False when the pair is finished. */
 static bool sf_proxy_pump(sf_test_proxy *p, int i, int k, bool blackhole, int delay_ms, bool hold)
 {
     char buf[16384];
     ssize_t n = read(p->pairs[i][k], buf, sizeof buf);
     if (n <= 0)
         return false;
-    if (blackhole)
+    if (blackhole || p->cut[i])
         return true;
+    if (k == 0 && sf_proxy_cut_now(p, buf, (size_t)n))
+        p->cut[i] = true; /* after this read: the request goes, its answer is lost */
     sf_proxy_queue *q = &p->queues[i][k];
     if (delay_ms == 0 && !hold && q->head == NULL)
         return sf_proxy_write_all(p->pairs[i][1 - k], buf, (size_t)n);
@@ -234,10 +282,18 @@ static void *sf_proxy_loop(void *arg)
         int n = 0;
         fds[n++] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
         fds[n++] = (struct pollfd){.fd = p->listen_fd, .events = POLLIN};
+        int64_t now = sf_proxy_now_ms();
         for (int i = 0; i < PROXY_MAX_PAIRS; i++) {
             if (p->pairs[i][0] < 0)
                 continue;
+            if (p->held_until[i] != 0 && p->held_until[i] <= now)
+                sf_proxy_end_hold(p, i);
             for (int k = 0; k < 2; k++) {
+                if (k == 0 && p->held_until[i] > now) { /* held: its bytes wait in the socket */
+                    if (p->held_until[i] - now < wait)
+                        wait = (int)(p->held_until[i] - now);
+                    continue;
+                }
                 idx[n] = i * 2 + k;
                 fds[n++] = (struct pollfd){.fd = p->pairs[i][k], .events = POLLIN};
             }
@@ -259,6 +315,10 @@ static void *sf_proxy_loop(void *arg)
                 continue;
             if (!sf_proxy_pump(p, i, k, mode == SF_PROXY_BLACKHOLE, delay[k], k == 0 && hold))
                 sf_proxy_close_pair(p, i);
+            else if (k == 0 && p->hold[i] > 0 && !p->first_read[i]) {
+                p->first_read[i] = true;
+                p->held_until[i] = sf_proxy_now_ms() + p->hold[i];
+            }
         }
     }
 }
@@ -353,6 +413,21 @@ void sf_test_proxy_hold_up(sf_test_proxy *p, bool hold)
     p->hold_up = hold;
     pthread_mutex_unlock(&p->mu);
     sf_proxy_wake(p);
+}
+
+void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms)
+{
+    pthread_mutex_lock(&p->mu);
+    p->hold_ms = ms;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void sf_test_proxy_cut_after(sf_test_proxy *p, const char *bytes, int hold_next_ms)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->cut_after, sizeof p->cut_after, "%s", bytes);
+    p->cut_hold_ms = hold_next_ms;
+    pthread_mutex_unlock(&p->mu);
 }
 
 int sf_test_proxy_accepted(sf_test_proxy *p)

@@ -40,6 +40,21 @@ void sf_test_proxy_set_delay(sf_test_proxy *p, int up_ms, int down_ms);
  * follows passes again. */
 void sf_test_proxy_hold_up(sf_test_proxy *p, bool hold);
 
+/* On the connections accepted from now on, passes what the client sends first (a ZooKeeper
+ * client's handshake) and holds everything it sends after that for ms, then passes it on:
+ * the connection stays open and the server's answers flow, but the client's first request
+ * waits as behind a stalled network. Once a hold caught something the client sent, later
+ * connections pass freely (a client that gave up on a connection during its handshake is
+ * held again on the next). */
+void sf_test_proxy_hold_after_first(sf_test_proxy *p, int ms);
+
+/* The first time the client sends something holding bytes (e.g. a ZooKeeper path), passes
+ * that read on and then nothing more on its connection, either way: the request reaches the
+ * server, its answer is lost, and the client times out as on a dead network. Later
+ * connections are then held as sf_test_proxy_hold_after_first(hold_next_ms) does (0: not
+ * held), so what the client asks first after reconnecting times out too. */
+void sf_test_proxy_cut_after(sf_test_proxy *p, const char *bytes, int hold_next_ms);
+
 /* How many connections the proxy has accepted so far. */
 int sf_test_proxy_accepted(sf_test_proxy *p);
 

@@ -1,0 +1,125 @@
+/* registry_batch.c -- several ZooKeeper reads in one round trip (registry_batch.h). The
+ * completions run on the client library's completion thread and only copy the answer. */
+#define _GNU_SOURCE
+#include "registry_batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void sf_reg_batch_init(sf_reg_batch *b)
+{
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->pending = 0;
+}
+
+/* A read answered: one fewer to wait for. */
+static void sf_reg_batch_done(sf_reg_read *r, int rc, const struct Stat *stat)
+{
+    sf_reg_batch *b = r->batch;
+    r->rc = rc;
+    if (rc == ZOK && stat != NULL)
+        r->stat = *stat;
+    pthread_mutex_lock(&b->mu);
+    if (--b->pending == 0)
+        pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void sf_reg_batch_data_done(int rc, const char *value, int len, const struct Stat *stat,
+                                   const void *data)
+{
+    sf_reg_read *r = (sf_reg_read *)data;
+    size_t n = rc == ZOK && value != NULL && len > 0 ? (size_t)len : 0;
+    if (n >= sizeof r->data)
+        n = sizeof r->data - 1;
+    memcpy(r->data, value != NULL ? value : "", n);
+    r->data[n] = '\0';
+    sf_reg_batch_done(r, rc, stat);
+}
+
+static void sf_reg_batch_stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    sf_reg_batch_done((sf_reg_read *)data, rc, stat);
+}
+
+static void sf_reg_batch_kids_done(int rc, const struct String_vector *kids,
+                                   const struct Stat *stat, const void *data)
+{
+    sf_reg_read *r = (sf_reg_read *)data;
+    if (rc == ZOK && kids != NULL && kids->count > 0) {
+        /* The client frees its copy after this returns: keep our own. */
+        r->kids.data = calloc((size_t)kids->count, sizeof *r->kids.data);
+        for (int i = 0; r->kids.data != NULL && i < kids->count; i++) {
+            r->kids.data[r->kids.count] = strdup(kids->data[i]);
+            if (r->kids.data[r->kids.count] != NULL)
+                r->kids.count++;
+        }
+        if (r->kids.count < kids->count)
+            rc = ZSYSTEMERROR; /* out of memory: the listing is not whole */
+    }
+    sf_reg_batch_done(r, rc, stat);
+}
+
+/* Readies out for a read, counting it before it is queued (its answer may come at once). */
+static void sf_reg_batch_add(sf_reg_batch *b, sf_reg_read *out)
+{
+    memset(out, 0, sizeof *out);
+    out->batch = b;
+    out->rc = ZOK;
+    pthread_mutex_lock(&b->mu);
+    b->pending++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* A read that could not be queued: nothing will answer it. */
+static void sf_reg_batch_queued(sf_reg_batch *b, sf_reg_read *out, int rc)
+{
+    if (rc == ZOK)
+        return;
+    out->rc = rc;
+    pthread_mutex_lock(&b->mu);
+    b->pending--;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void sf_reg_batch_get(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+{
+    sf_reg_batch_add(b, out);
+    sf_reg_batch_queued(b, out, zoo_aget(zh, path, 0, sf_reg_batch_data_done, out));
+}
+
+void sf_reg_batch_exists(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+{
+    sf_reg_batch_add(b, out);
+    sf_reg_batch_queued(b, out, zoo_aexists(zh, path, 0, sf_reg_batch_stat_done, out));
+}
+
+void sf_reg_batch_children(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+{
+    sf_reg_batch_add(b, out);
+    sf_reg_batch_queued(b, out, zoo_aget_children2(zh, path, 0, sf_reg_batch_kids_done, out));
+}
+
+void sf_reg_batch_wait(sf_reg_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    while (b->pending > 0)
+        pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void sf_reg_read_free(sf_reg_read *r)
+{
+    for (int i = 0; i < r->kids.count; i++)
+        free(r->kids.data[i]);
+    free(r->kids.data);
+    r->kids.data = NULL;
+    r->kids.count = 0;
+}
+
+void sf_reg_batch_free(sf_reg_batch *b)
+{
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+}
