@@ -63,7 +63,6 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->wanted_id = opts->worker_id;
     r->held_id = -1;
     atomic_init(&r->slots_taken, -1);
-    atomic_init(&r->slots_off, false);
     r->floor_ms = -1;
     r->state_version = -1;
     r->state_value = -1;
@@ -315,15 +314,30 @@ void sf_registry_close(sf_registry *r)
     while (r->zh_users > 0) /* a peer list read through zh ends within its timeout */
         sf_reg_wait_locked(r, 100);
     pthread_mutex_unlock(&r->mu);
-    /* Before the last record deletes our node: the change it makes would queue another
-     * count, still unanswered when the handle closes (the client then leaks the request). */
-    atomic_store(&r->slots_off, true);
-    if (r->zh) {
+    if (r->zh)
         sf_reg_final_record(r);
-        zookeeper_close(r->zh);
+    /* Nothing may reach the handle once its close began: the client library refuses a
+     * request queued then ("marshalling error") and drops a notification that arrives then,
+     * leaking both. The callbacks queue requests only on r->zh, under the lock, and it is
+     * NULL from here on (requests queued before are answered "closing" by the close); the
+     * server forgets our watches before the close, so it notifies us of nothing more. */
+    pthread_mutex_lock(&r->mu);
+    zhandle_t *zh = r->zh;
+    r->zh = NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (zh) {
+        sf_reg_unwatch(r, zh);
+        zookeeper_close(zh);
     }
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
+    sf_registry_forget(r);
+}
+
+void sf_registry_forget(sf_registry *r)
+{
+    if (!r)
+        return;
     free(r->hosts);
     free(r->worker_id_path);
     free(r->lock_path);

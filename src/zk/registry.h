@@ -166,4 +166,11 @@ void sf_registry_cancel(sf_registry *r);
  * session so that the ephemeral node disappears at once. Frees r; NULL is allowed. */
 void sf_registry_close(sf_registry *r);
 
+/* In a child process (fork()) of the one that made r: frees r's own memory and nothing
+ * more. The session and the threads are the parent's: closing the session here would end
+ * the parent's, and the client library's memory for it cannot be freed without that, so it
+ * stays. Takes no lock (a thread of the parent may have held one at the fork). NULL is
+ * allowed. */
+void sf_registry_forget(sf_registry *r);
+
 #endif /* SF_REGISTRY_H */

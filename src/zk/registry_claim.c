@@ -170,6 +170,11 @@ static int sf_reg_take_lock(sf_registry *r, char *mine, size_t minelen, char *er
         uint64_t seen = r->events;
         pthread_mutex_unlock(&r->mu);
         rc = zoo_wexists(r->zh, pred, sf_reg_session_watcher, r, NULL);
+        if (rc == ZOK) { /* removed before the handle closes, if it has not fired */
+            pthread_mutex_lock(&r->mu);
+            snprintf(r->watched_lock, sizeof r->watched_lock, "%s", pred);
+            pthread_mutex_unlock(&r->mu);
+        }
         if (rc == ZNONODE)
             continue;
         if (rc != ZOK) {

@@ -130,6 +130,7 @@ struct sf_registry {
     int64_t pending[SF_REG_PENDING]; /* send times of confirmed renewals on this connection */
     int pending_count;       /* ...not yet certified by a later one */
     char orphan_lock[SF_REG_PATH_MAX]; /* a lock node of ours whose delete failed; "" = none */
+    char watched_lock[SF_REG_PATH_MAX]; /* the lock node a claim last watched; "" = none */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
@@ -147,7 +148,7 @@ struct sf_registry {
     bool thread_started;
     pthread_t thread;
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
-    atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
+    int slots_reading;       /* reads of worker_id_path's children not yet answered */
 };
 
 /* registry_state.c: the state machine and its reports. */
@@ -190,7 +191,12 @@ int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_m
 int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
 void sf_reg_warn_standalone(sf_registry *r);
 
-/* registry_slots.c: the count of worker ids taken. Lock held; only queues a request. */
+/* registry_slots.c: the count of worker ids taken. Lock held; only queues a request, and
+ * only on r->zh. */
 void sf_reg_slots_watch(sf_registry *r);
+
+/* Before zh (no longer r->zh) is closed: the server drops every watch of ours, so that no
+ * notification arrives while the handle closes. Lock not held. */
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

@@ -13,6 +13,10 @@ static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char 
 static void sf_reg_slots_done(int rc, const struct String_vector *kids, const void *data)
 {
     sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    r->slots_reading--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     if (rc != ZOK || kids == NULL)
         return; /* the count stays as last seen; the next claim reads it again */
     int taken = 0;
@@ -25,33 +29,69 @@ static void sf_reg_slots_done(int rc, const struct String_vector *kids, const vo
 }
 
 /* Reads the children of worker_id_path on zh and leaves a watch on them. Only queues the
- * request: safe with r->mu held and from the client's own callbacks. */
+ * request. r->mu held, and zh is r->zh: a handle being replaced or closed is NULL there
+ * before its close begins, so no request is queued on a closing handle (the client
+ * library refuses it then, as a "marshalling error", and leaks it). */
 static void sf_reg_slots_read(sf_registry *r, zhandle_t *zh)
 {
     int rc = zoo_awget_children(zh, r->worker_id_path, sf_reg_slots_watcher, r,
                                 sf_reg_slots_done, r);
+    r->slots_reading += rc == ZOK;
     if (rc != ZOK && rc != ZINVALIDSTATE && rc != ZCLOSING)
         sf_reg_log(r, "warning", "cannot count the worker ids taken under %s: %s",
                    r->worker_id_path, zerror(rc));
 }
 
-/* The watch fires once per change: read again, which sets the next one. Session events
- * need nothing: the client keeps the watch over a reconnection, and a new session's claim
- * sets a new one. */
+/* The watch fires once per change: read again, which sets the next one, unless the handle
+ * is no longer the registry's (closed, or replaced by a new session's). Session events need
+ * nothing: the client keeps the watch over a reconnection, and a new session's claim sets
+ * a new one. */
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
                                  void *ctx)
 {
     (void)state;
     (void)path;
     sf_registry *r = ctx;
-    if (type == ZOO_CHILD_EVENT && !atomic_load(&r->slots_off))
+    if (type != ZOO_CHILD_EVENT)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (zh == r->zh)
         sf_reg_slots_read(r, zh);
+    pthread_mutex_unlock(&r->mu);
 }
 
 void sf_reg_slots_watch(sf_registry *r)
 {
     if (r->zh != NULL)
         sf_reg_slots_read(r, r->zh);
+}
+
+/* Asks the server to drop our watches of path, if any (none is fine). */
+static void sf_reg_unwatch_path(sf_registry *r, zhandle_t *zh, const char *path,
+                                ZooWatcherType type)
+{
+    int rc = zoo_remove_all_watches(zh, path, type, 0);
+    if (rc != ZOK && rc != ZNOWATCHER && rc != ZNONODE)
+        sf_reg_log(r, "warning", "cannot drop our watch of %s before closing the session: %s",
+                   path, zerror(rc));
+}
+
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh)
+{
+    pthread_mutex_lock(&r->mu);
+    /* A read in flight sets its watch when answered: wait for it (no new one starts, r->zh
+     * is NULL), or the server would keep a watch the client does not know yet. */
+    while (r->slots_reading > 0 && r->connected)
+        sf_reg_wait_locked(r, 100);
+    bool live = r->connected && !r->expired; /* else no server sends us anything */
+    char lock[SF_REG_PATH_MAX];
+    snprintf(lock, sizeof lock, "%s", r->watched_lock);
+    pthread_mutex_unlock(&r->mu);
+    if (!live)
+        return;
+    sf_reg_unwatch_path(r, zh, r->worker_id_path, ZWATCHTYPE_CHILD);
+    if (lock[0] != '\0')
+        sf_reg_unwatch_path(r, zh, lock, ZWATCHTYPE_ANY);
 }
 
 int sf_registry_worker_ids_taken(sf_registry *r)
