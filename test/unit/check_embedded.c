@@ -9,9 +9,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +131,11 @@ START_TEST(start_serves_and_stop_releases)
     ck_assert_msg(strncmp(data, want, strlen(want)) == 0 && strstr(data, " datacenter=7"),
                   "node data \"%s\"", data);
     ck_assert_int_eq(sfz_next_ids(h, ids, 0, &err), SFZ_ERR_ARG);
+    int64_t *many = malloc((SFZ_MAX_IDS + 1) * sizeof *many);
+    ck_assert(many != NULL);
+    ck_assert_int_eq(sfz_next_ids(h, many, SFZ_MAX_IDS + 1, &err), SFZ_ERR_ARG);
+    free(many);
+    ck_assert_msg(strstr(err.message, "1..1000000 ids") != NULL, "%s", err.message);
     sfz_stop(h);
     ck_assert_int_eq(sf_test_zk_get(zh, "/e-start/0", data, sizeof data, NULL), ZNONODE);
     ck_assert_int_eq(sf_test_zk_get(zh, "/e-start-state/0", data, sizeof data, NULL), ZOK);
@@ -519,6 +526,236 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
 }
 END_TEST
 
+/* What a child of a process holding a handle did with it, written where the parent sees it
+ * (memory shared across the fork). */
+typedef struct fork_report {
+    int calls, refused_forked, first_rc;
+    char message[SFZ_ERROR_MAX];
+    int64_t state_worker_id, worker_id;
+    int state_fd, state_serving;
+    int stopped;                 /* sfz_stop on the parent's handle returned */
+    int own_rc;                  /* its own handle, started after the fork */
+    int64_t own_worker_id;
+    char own_message[SFZ_ERROR_MAX];
+    size_t count;                /* ids handed out, in ids[] */
+    int64_t ids[];
+} fork_report;
+
+#define FORK_IDS_MAX (1u << 21)
+#define FORK_BATCH 64
+
+/* Takes ids from h in batches for ms milliseconds (or until cap), into ids; returns how
+ * many; each call's code goes to *calls, *forked (SFZ_ERR_FORKED) and *first_rc. */
+static size_t take_ids_for(sfz *h, int64_t ms, int64_t *ids, size_t cap, int *calls,
+                           int *forked, int *first_rc, char *first_msg)
+{
+    size_t n = 0;
+    for (int64_t end = sf_test_boot_ms() + ms; sf_test_boot_ms() < end && n + FORK_BATCH <= cap;) {
+        sfz_error err;
+        int rc = sfz_next_ids(h, ids + n, FORK_BATCH, &err);
+        if (*calls == 0) {
+            *first_rc = rc;
+            if (first_msg != NULL)
+                snprintf(first_msg, SFZ_ERROR_MAX, "%s", rc == SFZ_OK ? "" : err.message);
+        }
+        (*calls)++;
+        *forked += rc == SFZ_ERR_FORKED;
+        if (rc == SFZ_OK)
+            n += FORK_BATCH;
+    }
+    return n;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A pre-fork server: a process starts a handle and forks; parent and child both ask it for
+ * ids at once. The child shares the parent's worker id, lease and last timestamp, so what
+ * it handed out would repeat the parent's ids: every call in the child is refused at once
+ * (SFZ_ERR_FORKED, naming the parent), sfz_stop there frees only the child's copy (the
+ * parent's session and worker node stay, it keeps serving), and a handle the child starts
+ * itself claims another worker id and serves. */
+START_TEST(fork_child_is_refused_and_starts_its_own)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-fork");
+    o.session_timeout_ms = 10000; /* no fence from a slow renewal on a busy machine */
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    char node[64], data[256];
+    struct Stat before, after;
+    snprintf(node, sizeof node, "/e-fork/%" PRId64, sfz_worker_id(h));
+    ck_assert_int_eq(sf_test_zk_get(zh, node, data, sizeof data, &before), ZOK);
+    /* Closed before the fork: a client thread inside getaddrinfo at the fork would leave
+     * glibc's lock held in the child, whose own handle then hangs resolving (the handle's
+     * own client does not resolve again while connected). */
+    zookeeper_close(zh);
+    size_t bytes = sizeof(fork_report) + FORK_IDS_MAX * sizeof(int64_t);
+    fork_report *rep = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                            -1, 0);
+    ck_assert(rep != MAP_FAILED);
+    memset(rep, 0, sizeof *rep);
+    int done[2];
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(done[0]);
+        rep->count = take_ids_for(h, 300, rep->ids, FORK_IDS_MAX, &rep->calls,
+                                  &rep->refused_forked, &rep->first_rc, rep->message);
+        sfz_state st;
+        sfz_get_state(h, &st);
+        rep->state_serving = st.serving;
+        rep->state_worker_id = st.worker_id;
+        rep->worker_id = sfz_worker_id(h);
+        rep->state_fd = sfz_state_fd(h);
+        char c = 'r'; /* the report so far is complete: sfz_stop comes next */
+        if (write(done[1], &c, 1) != 1)
+            _exit(1);
+        sfz_stop(h);
+        rep->stopped = 1;
+        sfz *own = NULL;
+        rep->own_rc = sfz_start(&o, &own, &err);
+        if (rep->own_rc == SFZ_OK) {
+            rep->own_worker_id = sfz_worker_id(own);
+            size_t more = 0;
+            int calls = 0, forked = 0, first = 0;
+            more = take_ids_for(own, 100, rep->ids + rep->count, FORK_IDS_MAX - rep->count,
+                                &calls, &forked, &first, NULL);
+            rep->count += more;
+            sfz_stop(own);
+        } else {
+            snprintf(rep->own_message, sizeof rep->own_message, "%s", err.message);
+        }
+        c = 's';
+        if (write(done[1], &c, 1) != 1)
+            _exit(1);
+        _exit(0);
+    }
+    close(done[1]);
+    int64_t *mine = malloc(FORK_IDS_MAX * sizeof *mine);
+    ck_assert(mine != NULL);
+    int calls = 0, forked = 0, first = 0;
+    size_t n = take_ids_for(h, 300, mine, FORK_IDS_MAX, &calls, &forked, &first, NULL);
+    char c = 0;
+    struct pollfd pfd = {done[0], POLLIN, 0};
+    bool reported = poll(&pfd, 1, 60000) == 1 && read(done[0], &c, 1) == 1 && c == 'r';
+    bool stopped = reported && poll(&pfd, 1, 30000) == 1 && read(done[0], &c, 1) == 1 && c == 's';
+    if (!stopped)
+        kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(done[0]);
+    /* The parent's handle after the child's stop: the same session holds its node, and it
+     * serves (within a claim, should a slow renewal have fenced it meanwhile). */
+    zh = sf_test_zk_client(zk.hosts);
+    int node_rc = sf_test_zk_get(zh, node, data, sizeof data, &after);
+    zookeeper_close(zh);
+    int64_t next;
+    int after_rc = SFZ_ERR_FENCED;
+    for (int64_t end = sf_test_boot_ms() + 60000; after_rc != SFZ_OK && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(20))
+        after_rc = sfz_next_id(h, &next, &err);
+    qsort(mine, n, sizeof *mine, cmp_id);
+    size_t repeated = 0;
+    for (size_t i = 0; i < rep->count; i++)
+        repeated += bsearch(&rep->ids[i], mine, n, sizeof *mine, cmp_id) != NULL;
+    char want[96];
+    snprintf(want, sizeof want, "this handle was started by pid %ld", (long)parent);
+    int64_t parent_worker = sfz_worker_id(h);
+    sfz_stop(h);
+    free(mine);
+    ck_assert_msg(n > 0 && first == SFZ_OK, "the parent got no ids");
+    ck_assert_msg(reported, "the child reported nothing within 60 s");
+    ck_assert_msg(repeated == 0, "%zu of the child's %zu ids repeat the parent's (%zu ids)",
+                  repeated, rep->count, n);
+    ck_assert_msg(rep->refused_forked == rep->calls && rep->first_rc == SFZ_ERR_FORKED,
+                  "the child's calls on the parent's handle: %d of %d refused as forked, the "
+                  "first rc %d", rep->refused_forked, rep->calls, rep->first_rc);
+    ck_assert_msg(strstr(rep->message, want) != NULL &&
+                  strstr(rep->message, "start a handle of its own after fork()") != NULL,
+                  "\"%s\" does not say \"%s\"", rep->message, want);
+    ck_assert_msg(!rep->state_serving && rep->state_worker_id == -1 && rep->worker_id == -1 &&
+                  rep->state_fd == -1, "the child's state: serving %d, worker %" PRId64 "/%"
+                  PRId64 ", fd %d", rep->state_serving, rep->state_worker_id, rep->worker_id,
+                  rep->state_fd);
+    ck_assert_msg(stopped && rep->stopped, "sfz_stop in the child did not return within 30 s");
+    ck_assert_msg(rep->own_rc == SFZ_OK, "the child's own handle: %s", rep->own_message);
+    ck_assert_msg(rep->own_worker_id >= 0 && rep->own_worker_id != parent_worker,
+                  "the child's own handle holds worker id %" PRId64 ", the parent's %" PRId64,
+                  rep->own_worker_id, parent_worker);
+    ck_assert_msg(after_rc == SFZ_OK, "the parent stopped serving after the child's stop: %s",
+                  err.message);
+    ck_assert_msg(node_rc == ZOK && after.ephemeralOwner == before.ephemeralOwner,
+                  "the parent's worker node %s: rc %d, session 0x%" PRIx64 " before the child's "
+                  "stop, 0x%" PRIx64 " after", node, node_rc, (uint64_t)before.ephemeralOwner,
+                  (uint64_t)after.ephemeralOwner);
+    munmap(rep, bytes);
+}
+END_TEST
+
+/* One long call on a handle, from a thread of its own. */
+typedef struct long_call {
+    sfz *h;
+    int64_t *ids;
+    int rc;
+    size_t discarded;
+    int64_t returned_at; /* CLOCK_BOOTTIME ms, taken as soon as the call returned */
+} long_call;
+
+static void *long_call_thread(void *arg)
+{
+    long_call *c = arg;
+    sfz_error err;
+    c->rc = sfz_next_ids(c->h, c->ids, SFZ_MAX_IDS, &err);
+    c->returned_at = sf_test_boot_ms();
+    c->discarded = c->rc == SFZ_ERR_FENCED ? err.discarded : 0;
+    return NULL;
+}
+
+/* sfz_stop while another thread is inside sfz_next_ids (a batch of SFZ_MAX_IDS, a quarter
+ * of a second at 4,096 ids per ms): it frees nothing under the call, but waits for it to
+ * return; the ids that call made once the stop began are discarded, never handed out. */
+START_TEST(stop_waits_for_a_call_inside)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-stop-inside");
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    long_call c = {.h = h, .ids = malloc(SFZ_MAX_IDS * sizeof(int64_t))};
+    ck_assert(c.ids != NULL);
+    sf_worker_stats before, now;
+    sfz_get_stats(h, &before);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, long_call_thread, &c), 0);
+    /* Inside for sure: the batch has waited out a few exhausted milliseconds already. */
+    now = before;
+    for (int64_t end = sf_test_boot_ms() + 60000;
+         now.sequence_waits < before.sequence_waits + 5 && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(1))
+        sfz_get_stats(h, &now);
+    ck_assert_msg(now.sequence_waits >= before.sequence_waits + 5, "the call never started");
+    int64_t stop_at = sf_test_boot_ms();
+    sfz_stop(h);
+    int64_t stopped_at = sf_test_boot_ms();
+    pthread_join(t, NULL);
+    free(c.ids);
+    ck_assert_msg(c.returned_at <= stopped_at + 100, "sfz_stop returned %" PRId64 " ms after "
+                  "it began, %" PRId64 " ms before the call inside the handle returned",
+                  stopped_at - stop_at, c.returned_at - stopped_at);
+    ck_assert_msg(c.rc == SFZ_ERR_FENCED && c.discarded == SFZ_MAX_IDS, "the call inside "
+                  "returned %d with %zu ids discarded: ids made after the stop began",
+                  c.rc, c.discarded);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -537,6 +774,8 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
     tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
+    tcase_add_test(tc, fork_child_is_refused_and_starts_its_own);
+    tcase_add_test(tc, stop_waits_for_a_call_inside);
     suite_add_tcase(s, tc);
     return s;
 }
