@@ -265,6 +265,7 @@ static void sfz_registry_options(sfz *h, sf_registry_options *ro)
     ro->worker_id_path = h->o.worker_id_path;
     ro->worker_id = h->o.worker_id;
     ro->datacenter_id = h->o.datacenter_id;
+    ro->epoch_ms = h->o.epoch_ms;
     ro->host_port = h->o.holder;
     ro->session_timeout_ms = h->o.session_timeout_ms;
     ro->claim_retries = h->o.claim_retries;

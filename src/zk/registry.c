@@ -102,6 +102,8 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
         sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
     else if (sf_reg_check_peers(r, err, errlen) != 0)
         return -1;
+    if (sf_reg_check_in(r, err, errlen) != 0)
+        return -1;
     int64_t id = -1, floor = -1;
     rc = sf_reg_claim_once(r, r->o.claim_retries, &id, &floor, err, errlen);
     if (rc != 0)
@@ -167,9 +169,10 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
             pthread_mutex_unlock(&r->mu);
         }
     }
-    if (!kept && sf_reg_check_peers(r, err, sizeof err) != 0) {
+    if (!kept && (sf_reg_check_peers(r, err, sizeof err) != 0 ||
+                  sf_reg_check_in(r, err, sizeof err) != 0)) {
         char reason[SF_REGISTRY_ERR_MAX + 128];
-        snprintf(reason, sizeof reason, "the peer sanity checks before claiming again failed, "
+        snprintf(reason, sizeof reason, "the sanity checks before claiming again failed, "
                  "will retry: %s", err);
         pthread_mutex_lock(&r->mu);
         sf_reg_step(r, SF_REG_EV_FAILED, reason);

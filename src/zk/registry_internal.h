@@ -184,6 +184,10 @@ void sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
 bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why);
 void sf_reg_final_record(sf_registry *r);
 
+/* registry_epoch.c: before every claim, the path's epoch recorded or compared, and our
+ * clock against the ensemble's (the record's write stamps it). 0, or -1 with err filled. */
+int sf_reg_check_in(sf_registry *r, char *err, size_t errlen);
+
 /* registry_claim.c: the claim recipes and the peer checks. */
 void sf_reg_retry_unlock(sf_registry *r);
 int sf_reg_claim_once(sf_registry *r, int retries, int64_t *id, int64_t *floor_ms,

@@ -101,7 +101,9 @@ typedef struct sfz_options {
                                    (D 0..31, each its own path, at most 32): the lowest free
                                    (datacenter, worker) pair over them; the paths replace
                                    worker_id_path, and worker_id must be -1 */
-    int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS */
+    int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS; one per worker path: the
+                                   first holder records it there, and a claim with
+                                   another is refused (SFZ_ERR_CLAIM, naming both) */
     int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
     bool random_first_sequence; /* as libsnowflake's; default false */
     const char *holder;         /* node data; NULL = "embedded pid=<pid> host=<host>
@@ -111,7 +113,8 @@ typedef struct sfz_options {
                                    that serve Thrift (worker id, datacenter, clock); NULL
                                    checks only the datacenters embedded holders' nodes state */
     void *peer_ctx;
-    bool skip_sanity_checks;    /* no peer check at all */
+    bool skip_sanity_checks;    /* no peer check, and no check of our clock against
+                                   ZooKeeper's before a claim */
     bool skip_unreachable_peers; /* a peer that does not answer is logged, not fatal */
 #define SFZ_OPTION_FIELD(field, lo, hi, dflt) int field;
     SFZ_INT_OPTIONS(SFZ_OPTION_FIELD)

@@ -756,6 +756,62 @@ START_TEST(stop_waits_for_a_call_inside)
 }
 END_TEST
 
+/* One id per millisecond from h for ms milliseconds, into ids (room for ms + 1); returns
+ * how many. */
+static size_t one_id_per_ms(sfz *h, int64_t ms, int64_t *ids)
+{
+    size_t n = 0;
+    for (int64_t end = sf_test_boot_ms() + ms; sf_test_boot_ms() < end && n < (size_t)ms;) {
+        sfz_error err;
+        int64_t at = sf_clock_now_ms();
+        if (sfz_next_id(h, &ids[n], &err) == SFZ_OK)
+            n++;
+        while (sf_clock_now_ms() == at)
+            ;
+    }
+    return n;
+}
+
+/* Two holders of one worker id whose epochs are 2 s apart: the second, taking over from the
+ * first, would make at Unix time t the ids the first made at t - 2 s (the floor is kept in
+ * Unix ms). The path keeps one epoch: the second is refused before it claims, naming both. */
+START_TEST(another_epoch_is_refused_naming_both)
+{
+    enum { A_MS = 2000, B_MS = 1000, D_MS = 2000 };
+    sfz_options o;
+    sfz_error err;
+    sfz *a = NULL, *b = NULL;
+    test_options(&o, zk.hosts, "/e-epoch");
+    o.worker_id = 0;
+    ck_assert_msg(sfz_start(&o, &a, &err) == SFZ_OK, "%s", err.message);
+    int64_t *ids_a = malloc((A_MS + 1) * sizeof *ids_a), *ids_b = malloc((B_MS + 1) * sizeof *ids_b);
+    ck_assert(ids_a != NULL && ids_b != NULL);
+    size_t na = one_id_per_ms(a, A_MS, ids_a), nb = 0;
+    sfz_stop(a);
+    o.epoch_ms = SF_TWITTER_EPOCH_MS + D_MS;
+    int rc = sfz_start(&o, &b, &err);
+    if (rc == SFZ_OK) {
+        nb = one_id_per_ms(b, B_MS, ids_b);
+        sfz_stop(b);
+    }
+    qsort(ids_a, na, sizeof *ids_a, cmp_id);
+    size_t repeated = 0;
+    for (size_t i = 0; i < nb; i++)
+        repeated += bsearch(&ids_b[i], ids_a, na, sizeof *ids_a, cmp_id) != NULL;
+    free(ids_a);
+    free(ids_b);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM, "a holder with epoch_ms %lld took over from one with "
+                  "%lld: %zu of its %zu ids repeat the first holder's (rc %d)",
+                  (long long)SF_TWITTER_EPOCH_MS + D_MS, (long long)SF_TWITTER_EPOCH_MS,
+                  repeated, nb, rc);
+    char first[64], second[64];
+    snprintf(first, sizeof first, "epoch_ms %lld", (long long)SF_TWITTER_EPOCH_MS);
+    snprintf(second, sizeof second, "epoch_ms %lld", (long long)SF_TWITTER_EPOCH_MS + D_MS);
+    ck_assert_msg(strstr(err.message, first) != NULL && strstr(err.message, second) != NULL,
+                  "\"%s\" does not name both epochs", err.message);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -776,6 +832,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, startup_sleep_holds_without_serving);
     tcase_add_test(tc, fork_child_is_refused_and_starts_its_own);
     tcase_add_test(tc, stop_waits_for_a_call_inside);
+    tcase_add_test(tc, another_epoch_is_refused_naming_both);
     suite_add_tcase(s, tc);
     return s;
 }
