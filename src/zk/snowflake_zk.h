@@ -98,9 +98,11 @@ typedef struct sfz_options {
     int64_t worker_id;          /* 0..31, or -1 (the default) for the lowest free one */
     int64_t datacenter_id;      /* 0..31, default 0; or -1 with datacenter_paths */
     const char *datacenter_paths; /* with datacenter_id -1 (automatic): "D=/path,D=/path"
-                                   (D 0..31, each its own path, at most 32): the lowest free
-                                   (datacenter, worker) pair over them; the paths replace
-                                   worker_id_path, and worker_id must be -1 */
+                                   (D 0..31, each its own path, at most 32, no blanks, no
+                                   empty entry; no path, path-locks or path-state of one
+                                   entry is, or is under, one of another's): the lowest
+                                   free (datacenter, worker) pair over them; the paths
+                                   replace worker_id_path, and worker_id must be -1 */
     int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS; one per worker path: the
                                    first holder records it there, and a claim with
                                    another is refused (SFZ_ERR_CLAIM, naming both) */

@@ -299,6 +299,20 @@ START_TEST(automatic_datacenter_options_are_checked)
         {-1, "0=/a,1=/a", "each datacenter needs its own path"},
         {-1, "0=relative", "not absolute"},
         {-1, "/a", "no '='"},
+        /* Another entry's own nodes: its lock path, its state path, a node under it. */
+        {-1, "0=/x,1=/x-locks", "'0=/x' and '1=/x-locks' meet: /x-locks and /x-locks are the same node"},
+        {-1, "0=/y,1=/y-state", "'0=/y' and '1=/y-state' meet"},
+        {-1, "0=/z,1=/z/sub", "'0=/z' and '1=/z/sub' meet: /z and /z/sub are one under the other"},
+        {-1, "0=/w/sub,1=/w", "'0=/w/sub' and '1=/w' meet"},
+        {-1, "0=/v-locks/a,1=/v", "'0=/v-locks/a' and '1=/v' meet"},
+        /* Blanks and empty entries. */
+        {-1, "0=/a, 1=/b", "entry ' 1=/b' is not D=/path"},
+        {-1, "0=/a ,1=/b", "a blank in it"},
+        {-1, "0 =/a", "a blank in it"},
+        {-1, "0=/a,", "an empty entry (a comma too many)"},
+        {-1, ",0=/a", "an empty entry"},
+        {-1, "0=/a,,1=/b", "an empty entry"},
+        {-1, "+0=/a", "not a number in 0..31"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sfz_options o;
