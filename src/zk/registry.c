@@ -310,6 +310,9 @@ void sf_registry_close(sf_registry *r)
 {
     if (!r)
         return;
+    pthread_mutex_lock(&r->mu);
+    int64_t until = sf_clocks_boot_ms() + sf_registry_close_wait_ms(r->negotiated_ms);
+    pthread_mutex_unlock(&r->mu);
     sf_registry_cancel(r);
     if (r->thread_started)
         pthread_join(r->thread, NULL);
@@ -318,7 +321,7 @@ void sf_registry_close(sf_registry *r)
         sf_reg_wait_locked(r, 100);
     pthread_mutex_unlock(&r->mu);
     if (r->zh)
-        sf_reg_final_record(r);
+        sf_reg_final_record(r, until);
     /* Nothing may reach the handle once its close began: the client library refuses a
      * request queued then ("marshalling error") and drops a notification that arrives then,
      * leaking both. The callbacks queue requests only on r->zh, under the lock, and it is
@@ -329,7 +332,7 @@ void sf_registry_close(sf_registry *r)
     r->zh = NULL;
     pthread_mutex_unlock(&r->mu);
     if (zh) {
-        sf_reg_unwatch(r, zh);
+        sf_reg_unwatch(r, zh, until);
         zookeeper_close(zh);
     }
     pthread_cond_destroy(&r->cv);

@@ -149,6 +149,7 @@ struct sf_registry {
     pthread_t thread;
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
     int slots_reading;       /* reads of worker_id_path's children not yet answered */
+    int unwatching;          /* requests to drop our watches not yet answered */
 };
 
 /* registry_state.c: the state machine and its reports. */
@@ -182,7 +183,7 @@ void sf_reg_release_worker(sf_registry *r, int64_t id);
 bool sf_reg_resync(sf_registry *r, int64_t id);
 void sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
 bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why);
-void sf_reg_final_record(sf_registry *r);
+void sf_reg_final_record(sf_registry *r, int64_t until);
 
 /* registry_epoch.c: before every claim, the path's epoch recorded or compared, and our
  * clock against the ensemble's (the record's write stamps it). 0, or -1 with err filled. */
@@ -200,7 +201,8 @@ void sf_reg_warn_standalone(sf_registry *r);
 void sf_reg_slots_watch(sf_registry *r);
 
 /* Before zh (no longer r->zh) is closed: the server drops every watch of ours, so that no
- * notification arrives while the handle closes. Lock not held. */
-void sf_reg_unwatch(sf_registry *r, zhandle_t *zh);
+ * notification arrives while the handle closes; waited for until boot-clock time until at
+ * most. Lock not held. */
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh, int64_t until);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

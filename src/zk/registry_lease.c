@@ -420,9 +420,20 @@ bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why)
     return false;
 }
 
+/* Waits (lock held) while a renewal is in flight, until boot-clock time until; true when
+ * none is in flight. */
+static bool sf_reg_wait_renewal(sf_registry *r, int64_t until)
+{
+    int64_t now;
+    while (r->renewal.in_flight && (now = sf_clocks_boot_ms()) < until)
+        sf_reg_wait_locked(r, until - now < 100 ? until - now : 100);
+    return !r->renewal.in_flight;
+}
+
 /* The last record at shutdown: the same conditional write as a renewal, sent only while the
- * worker node is ours (a lost node must not be written after). */
-void sf_reg_final_record(sf_registry *r)
+ * worker node is ours (a lost node must not be written after), and waited for until
+ * boot-clock time until at most: unconfirmed, the next holder waits out the reservation. */
+void sf_reg_final_record(sf_registry *r, int64_t until)
 {
     pthread_mutex_lock(&r->mu);
     int64_t id = r->held_id;
@@ -433,14 +444,15 @@ void sf_reg_final_record(sf_registry *r)
     /* The state machine is stopped (events change nothing now): send directly and take the
      * outcome from the completion. */
     pthread_mutex_lock(&r->mu);
-    while (r->renewal.in_flight)
-        sf_reg_wait_locked(r, 100);
+    bool idle = sf_reg_wait_renewal(r, until);
     pthread_mutex_unlock(&r->mu);
-    for (int tries = 0; tries < 2; tries++) {
+    for (int tries = 0; idle && tries < 2; tries++) {
         sf_reg_renew_send(r, id, true);
         pthread_mutex_lock(&r->mu);
-        while (r->renewal.in_flight)
-            sf_reg_wait_locked(r, 100);
+        if (!sf_reg_wait_renewal(r, until)) {
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
         bool ok = r->renewal.outcome == SF_REG_EV_RENEWED;
         bool again = r->resync && r->renewal.outcome == SF_REG_EV_RENEW_FAILED;
         pthread_mutex_unlock(&r->mu);
@@ -452,6 +464,7 @@ void sf_reg_final_record(sf_registry *r)
             break;
     }
     sf_reg_log(r, "warning", "cannot record the last timestamp of worker id %" PRId64 " in %s: "
-               "the node is not ours any more or ZooKeeper did not confirm the write", id,
-               r->state_path);
+               "the node is not ours any more or ZooKeeper did not confirm the write%s", id,
+               r->state_path, sf_clocks_boot_ms() >= until ? " in time (it waits at most "
+               "a third of the session timeout)" : "");
 }

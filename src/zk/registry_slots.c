@@ -2,8 +2,10 @@
  * operators' figures: a children watch on the path, armed when an id is claimed and again
  * by every change ZooKeeper reports, so the count costs one read per change of the fleet
  * and nothing per id. Part of the registry (registry.c says how the parts fit). */
+#define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
 
+#include "common/clocks.h"
 #include "common/zkpath.h"
 
 static void sf_reg_slots_watcher(zhandle_t *zh, int type, int state, const char *path,
@@ -66,32 +68,51 @@ void sf_reg_slots_watch(sf_registry *r)
         sf_reg_slots_read(r, r->zh);
 }
 
-/* Asks the server to drop our watches of path, if any (none is fine). */
+/* Completion of a request to drop watches: one fewer to wait for. */
+static void sf_reg_unwatched(int rc, const void *data)
+{
+    (void)rc; /* none left to drop (ZNOWATCHER) is as good as dropped */
+    sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    r->unwatching--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Asks the server to drop our watches of path, if the client knows of one (lock held). */
 static void sf_reg_unwatch_path(sf_registry *r, zhandle_t *zh, const char *path,
                                 ZooWatcherType type)
 {
-    int rc = zoo_remove_all_watches(zh, path, type, 0);
+    /* The client declares the completion a void_completion_t *, but stores and calls what it
+     * is given as the void_completion_t itself. */
+    int rc = zoo_aremove_all_watches(zh, path, type, 0, (void_completion_t *)sf_reg_unwatched, r);
+    r->unwatching += rc == ZOK;
     if (rc != ZOK && rc != ZNOWATCHER && rc != ZNONODE)
         sf_reg_log(r, "warning", "cannot drop our watch of %s before closing the session: %s",
                    path, zerror(rc));
 }
 
-void sf_reg_unwatch(sf_registry *r, zhandle_t *zh)
+/* Waits (lock held) while count is above 0 and the connection is up, until until. */
+static void sf_reg_wait_zero(sf_registry *r, const int *count, int64_t until)
+{
+    int64_t now;
+    while (*count > 0 && r->connected && (now = sf_clocks_boot_ms()) < until)
+        sf_reg_wait_locked(r, until - now < 100 ? until - now : 100);
+}
+
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh, int64_t until)
 {
     pthread_mutex_lock(&r->mu);
     /* A read in flight sets its watch when answered: wait for it (no new one starts, r->zh
-     * is NULL), or the server would keep a watch the client does not know yet. */
-    while (r->slots_reading > 0 && r->connected)
-        sf_reg_wait_locked(r, 100);
-    bool live = r->connected && !r->expired; /* else no server sends us anything */
-    char lock[SF_REG_PATH_MAX];
-    snprintf(lock, sizeof lock, "%s", r->watched_lock);
+     * is NULL), or the server would keep a watch the client does not know of yet. */
+    sf_reg_wait_zero(r, &r->slots_reading, until);
+    if (r->connected && !r->expired) { /* else no server sends us anything */
+        sf_reg_unwatch_path(r, zh, r->worker_id_path, ZWATCHTYPE_CHILD);
+        if (r->watched_lock[0] != '\0')
+            sf_reg_unwatch_path(r, zh, r->watched_lock, ZWATCHTYPE_ANY);
+        sf_reg_wait_zero(r, &r->unwatching, until);
+    }
     pthread_mutex_unlock(&r->mu);
-    if (!live)
-        return;
-    sf_reg_unwatch_path(r, zh, r->worker_id_path, ZWATCHTYPE_CHILD);
-    if (lock[0] != '\0')
-        sf_reg_unwatch_path(r, zh, lock, ZWATCHTYPE_ANY);
 }
 
 int sf_registry_worker_ids_taken(sf_registry *r)

@@ -237,7 +237,13 @@ void sfz_shut(sfz *h, const char *reason);
  * deleted; the next holder starts after this handle's last id), then frees the handle.
  * NULL is allowed. In a process the handle does not belong to (a fork() child) it frees
  * that process's copy only: no ZooKeeper request, no thread joined, the parent untouched.
- * How long it takes is under "Threads" below. */
+ * With ZooKeeper answering it takes a few round trips. While ZooKeeper does not answer it
+ * takes at most: the calls inside (below), then a third of the session timeout for the last
+ * record (unconfirmed by then, it is given up: the next holder waits out the reservation
+ * instead of starting right after the last id), then up to 1.5 s in the ZooKeeper client's
+ * close (its wait for the server's answer), plus, if the handle was claiming again at that
+ * moment, the ZooKeeper request it was in (the client's own timeout, 2/3 of the session
+ * timeout; a serving handle is in none). */
 void sfz_stop(sfz *h);
 
 /* Threads. Every call but sfz_stop may be made from any thread, at the same time as any
