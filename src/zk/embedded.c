@@ -212,6 +212,7 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
         return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory allocating the handle");
     h->fork_generation = atomic_load_explicit(&sfz_fork_generation, memory_order_relaxed);
     h->pid = getpid();
+    h->gate_light = sfz_gate_register();
     atomic_init(&h->calls, 0);
     h->o = *opts;
     h->event_fd = -1;
@@ -465,12 +466,17 @@ static void sfz_free_memory(sfz *h)
 
 /* Waits until no public call is inside h (new ones are refused from now on). Calls are
  * short: a batch takes count / 4096 ms, a backward clock step is waited out for no longer
- * than the lease has left. */
-static void sfz_drain(sfz *h)
+ * than the lease has left. False when it cannot tell: what the id path reads must then stay. */
+static bool sfz_drain(sfz *h)
 {
     atomic_fetch_or_explicit(&h->calls, SFZ_STOPPING, memory_order_acq_rel);
     while ((atomic_load_explicit(&h->calls, memory_order_acquire) & ~SFZ_STOPPING) != 0)
         sf_clocks_sleep_ms(SFZ_DRAIN_POLL_MS);
+    int rc = h->gate_light ? sfz_gate_drain(h) : 0;
+    if (rc != 0)
+        sfz_log_line(h, "error", "cannot tell whether a call is still inside the handle "
+                     "(membarrier: %s): its generator's memory is left allocated", strerror(rc));
+    return rc == 0;
 }
 
 void sfz_stop(sfz *h)
@@ -491,11 +497,12 @@ void sfz_stop(sfz *h)
     }
     if (h->fence != NULL)
         sf_fence_close(h->fence, "stopping: sfz_stop was called");
-    sfz_drain(h);
+    bool drained = sfz_drain(h);
     sfz_skew_stop(h->skew); /* first: it reads through the registry */
     if (h->registry != NULL)
         sf_registry_close(h->registry); /* fences first, then records the last timestamp */
-    sf_fence_free(h->fence); /* and every worker: each was adopted when made */
+    if (drained)
+        sf_fence_free(h->fence); /* and every worker: each was adopted when made */
     pthread_mutex_destroy(&h->lock);
     pthread_mutex_destroy(&h->transition);
     pthread_cond_destroy(&h->wake);

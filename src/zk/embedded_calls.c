@@ -52,12 +52,13 @@ int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
         return sfz_fail(err, SFZ_ERR_ARG, "asked for %zu ids into %s: 1..%d ids, into a "
                         "buffer, are allowed", count, ids == NULL ? "NULL" : "a buffer",
                         SFZ_MAX_IDS);
-    if (!sfz_enter(h))
+    sfz_gate_slot *slot;
+    if (!sfz_id_enter(h, &slot))
         return sfz_fail(err, SFZ_ERR_FENCED, "%s", sfz_stopping_reason);
     char why[SF_FENCE_REASON_MAX];
     sf_error e;
     int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &e);
-    sfz_leave(h);
+    sfz_id_leave(h, slot);
     if (__builtin_expect(rc == SF_OK, 1))
         return SFZ_OK;
     if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED) {

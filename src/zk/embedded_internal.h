@@ -4,7 +4,8 @@
  *
  * The gate: a handle belongs to the process that made it (a fork() makes a child whose copy
  * must hand out nothing: the generation below tells it, for one relaxed load), and sfz_stop
- * frees nothing while a call is inside (the calls counter it waits on). */
+ * frees nothing while a call is inside (the calls counter it waits on, and for the id path
+ * the threads' slots of embedded_gate.h, which cost no locked instruction). */
 #ifndef SFZ_EMBEDDED_INTERNAL_H
 #define SFZ_EMBEDDED_INTERNAL_H
 
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "embedded_gate.h"
 #include "embedded_options.h"
 #include "embedded_skew.h"
 #include "fence.h"
@@ -28,6 +30,7 @@ struct sfz {
     sf_fence *fence;             /* owns every worker made for the handle */
     unsigned fork_generation;    /* sfz_fork_generation when the handle was made */
     atomic_uint_fast64_t calls;  /* public calls inside now, | SFZ_STOPPING */
+    bool gate_light;             /* sfz_gate_register held: the id path takes a slot */
     pid_t pid;                   /* the process that made the handle, for the refusal */
 
     char *zookeeper, *auth, *worker_id_path, *holder;
@@ -77,6 +80,36 @@ static inline bool sfz_enter(sfz *h)
         return false;
     }
     return true;
+}
+
+/* Enters the id path (embedded_gate.h): false once sfz_stop began. *slot is what
+ * sfz_id_leave takes: this thread's slot, or NULL where the call was counted in. */
+static inline bool sfz_id_enter(sfz *h, sfz_gate_slot **slot)
+{
+    sfz_gate_slot *s = sfz_gate_mine;
+    if (__builtin_expect(s == NULL, 0) && h->gate_light)
+        s = sfz_gate_slot_new();
+    if (__builtin_expect(s == NULL || !h->gate_light, 0)) {
+        *slot = NULL;
+        return sfz_enter(h);
+    }
+    atomic_store_explicit(&s->inside, h, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the store, then the load: sfz_gate_drain */
+    if (__builtin_expect(atomic_load_explicit(&h->calls, memory_order_relaxed) & SFZ_STOPPING,
+                         0)) {
+        atomic_store_explicit(&s->inside, NULL, memory_order_release);
+        return false;
+    }
+    *slot = s;
+    return true;
+}
+
+static inline void sfz_id_leave(sfz *h, sfz_gate_slot *slot)
+{
+    if (slot != NULL)
+        atomic_store_explicit(&slot->inside, NULL, memory_order_release);
+    else
+        sfz_leave(h);
 }
 
 /* A line to the application's log, or standard error. */

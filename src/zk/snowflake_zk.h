@@ -250,7 +250,8 @@ void sfz_stop(sfz *h);
  * other; a callback (on_state, log, query_peer) must not call sfz_stop. sfz_stop may run
  * while other threads are inside calls on the handle: it refuses new ones (ids with
  * SFZ_ERR_FENCED, "stopping"; the other calls answer as for a handle that holds nothing)
- * and waits for those inside to return before it frees anything. What it cannot guard is a
+ * and waits for those inside to return before it frees anything (at no locked instruction
+ * on the id path where the kernel has membarrier(2)). What it cannot guard is a
  * call that begins after it returned (the handle is gone): stop starting calls before
  * sfz_stop returns, as with any free. Once, and not while sfz_run runs on the handle
  * (sfz_cancel it and wait for sfz_run to return).
