@@ -19,6 +19,7 @@ void sf_registry_options_init(sf_registry_options *opts)
 #undef SF_REGISTRY_DEFAULT
     opts->worker_id_path = "/snowflake-servers";
     opts->worker_id = -1;
+    opts->epoch_ms = SF_TWITTER_EPOCH_MS;
     opts->max_clock_skew_ms = 10000;
 }
 
@@ -45,6 +46,11 @@ bool sf_registry_options_check(const sf_registry_options *opts, char *err, size_
     if (opts->worker_id < -1 || opts->worker_id > SF_MAX_WORKER_ID) {
         snprintf(err, errlen, "worker_id %" PRId64 " is out of range (0..%d, or auto)",
                  opts->worker_id, SF_MAX_WORKER_ID);
+        return false;
+    }
+    if (opts->epoch_ms < 0 || opts->epoch_ms > SF_MAX_EPOCH_MS) {
+        snprintf(err, errlen, "epoch_ms %" PRId64 " is out of range (0..%lld)", opts->epoch_ms,
+                 (long long)SF_MAX_EPOCH_MS);
         return false;
     }
     if (!sf_registry_auth_valid(opts->auth)) {

@@ -85,6 +85,8 @@ typedef struct sf_registry_options {
     const char *state_path;         /* NULL = worker_id_path + "-state" */
     int64_t worker_id;              /* 0..31, or -1 for an automatic id */
     int64_t datacenter_id;          /* 0..31, compared with every peer's */
+    int64_t epoch_ms;               /* the ids' epoch (Unix ms, default Twitter's): one per
+                                       worker path, recorded there by the first holder */
     const char *host_port;          /* our node's data, "hostname:port" */
     bool skip_sanity_checks;        /* do not query peers at all */
     bool skip_unreachable_peers;    /* an unreachable peer is logged, not fatal */

@@ -91,7 +91,16 @@ void sf_worker_options_init(sf_worker_options *opts);
  * bad field and its allowed range. */
 int sf_worker_options_check(const sf_worker_options *opts, sf_error *err);
 
-/* Creates a worker. Returns NULL on a bad option or no memory, with err filled. */
+/* Creates a worker. Returns NULL on a bad option or no memory, with err filled.
+ *
+ * ONE PROCESS PER WORKER. A worker is its worker id in memory, and fork() copies it: parent
+ * and child then make the same ids at the same moments (same worker id, same last timestamp
+ * and sequence). The library does not refuse the child's copy: a program that creates its
+ * worker and then daemonizes (the parent exits) uses one copy and is right, and which copy
+ * goes on is not the library's to know. Use a worker in one process only; a pre-fork
+ * server creates one per worker process after the fork, each with its own (datacenter,
+ * worker) pair, or uses libsnowflake-zk, whose handle refuses every call in a forked child
+ * (SFZ_ERR_FORKED) and claims a pair per process. */
 sf_worker *sf_worker_new(const sf_worker_options *opts, sf_error *err);
 void sf_worker_free(sf_worker *w);
 

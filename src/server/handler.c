@@ -20,6 +20,10 @@
 #define SF_HANDLER_STRIPES 16
 #define SF_AGENT_GRAMMAR "[a-zA-Z][a-zA-Z\\-0-9]*"
 
+/* Every get_ids count the settings allow, the registration's source of ids makes. */
+_Static_assert(SF_HANDLER_MAX_max_batch_size <= SFZ_MAX_IDS,
+               "max_batch_size may not exceed libsnowflake-zk's SFZ_MAX_IDS");
+
 typedef struct sf_handler_stripe {
 #define SF_STRIPE_FIELD(name, help) atomic_uint_fast64_t name;
     SF_HANDLER_COUNTERS(SF_STRIPE_FIELD)

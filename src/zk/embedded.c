@@ -3,7 +3,7 @@
  * callbacks publish the worker and the lease to the fence, which every call makes its ids
  * through. Knows nothing of sockets or Thrift. */
 #define _GNU_SOURCE /* eventfd */
-#include "snowflake_zk.h"
+#include "embedded_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,12 +23,9 @@
 #include "common/zkpath.h"
 #include "embedded_health.h"
 #include "embedded_notify.h"
-#include "embedded_options.h"
-#include "embedded_skew.h"
-#include "fence.h"
-#include "registry.h"
 
 #define SFZ_RETRY_WAIT_CAP_MS 30000
+#define SFZ_DRAIN_POLL_MS 1 /* sfz_stop looks this often whether the calls inside are done */
 
 /* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
  * and "nothing listens" is 1 in both. */
@@ -39,34 +36,12 @@ _Static_assert(sizeof(sfz_renewals) == sizeof(sf_registry_renewal_stats) &&
                SFZ_RENEWAL_BUCKETS == SF_REGISTRY_RENEWAL_BUCKETS, "the registry's figures");
 _Static_assert(SFZ_CALLBACKS_QUEUED == SFZ_NOTIFY_QUEUE, "the callbacks' queue");
 
-struct sfz {
-    char *zookeeper, *auth, *worker_id_path, *holder;
-    bool default_holder;         /* holder is ours: it names the datacenter tried */
-    sfz_datacenters *dcs;        /* datacenter_paths, parsed; NULL for a fixed datacenter */
-    int dc_index;                /* with dcs: the datacenter tried now (first: at random) */
-    sfz_options o;               /* the options, its strings pointing at the copies above */
-    sf_fence *fence;             /* owns every worker published */
-    sf_worker *workers[SF_MAX_WORKER_ID + 1]; /* one per id held so far, reused on a reclaim */
-    pthread_mutex_t lock;        /* guards registry (while starting), cancelled, state */
-    pthread_cond_t wake;         /* a cancel during a retry wait */
-    sf_registry *registry;
-    bool cancelled;
-    bool shut;                   /* sfz_shut: the fence never opens again */
-    sfz_state state;
-    int64_t since_ms;            /* Unix ms: when state.serving last changed (or the start) */
-    int event_fd;                /* readable after a transition, until sfz_read_state_fd */
-    pthread_mutex_t transition;  /* one transition at a time: the registry's or the skew's */
-    sfz_skew_watch *skew;        /* the live clock check; NULL without query_peer */
-    sfz_notifier *notifier;      /* makes the application's callbacks, never the registry */
-};
-
 void sfz_set_client_logging(bool verbose)
 {
     sf_registry_set_client_logging(verbose);
 }
 
-/* A line to the application's log, or standard error. */
-static void sfz_log_line(sfz *h, const char *level, const char *fmt, ...)
+void sfz_log_line(sfz *h, const char *level, const char *fmt, ...)
 {
     char line[SFZ_ERROR_MAX];
     va_list ap;
@@ -76,22 +51,32 @@ static void sfz_log_line(sfz *h, const char *level, const char *fmt, ...)
     sfz_notifier_log(h->notifier, level, line);
 }
 
-/* The worker for id, made on first use and published to the fence at once (which owns it
- * from then on); NULL with err filled when it cannot be made. Runs on the registry's thread
- * (or in sfz_run before that starts). */
+/* The worker for id in the datacenter tried now: the one made for it before (the fence
+ * owns them all), so that a reclaim goes on from its last id; else a new one, adopted by
+ * the fence at once. NULL with err filled when it cannot be made. Runs on the registry's
+ * thread (or in sfz_run before that starts). */
 static sf_worker *sfz_worker_for(sfz *h, int64_t id, sf_error *err)
 {
-    if (h->workers[id] == NULL) {
-        sf_worker_options wo;
-        sfz_worker_options(&h->o, id, &wo);
-        h->workers[id] = sf_worker_new(&wo, err);
-        if (h->workers[id] != NULL) /* the original's line, which operators grep for */
-            sfz_log_line(h, "info", "worker starting. timestamp left shift %d, datacenter id "
-                         "bits %d, worker id bits %d, sequence bits %d, workerid %" PRId64
-                         ", datacenterid %" PRId64, SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS,
-                         SF_WORKER_ID_BITS, SF_SEQUENCE_BITS, id, h->o.datacenter_id);
+    sf_worker *w = sf_fence_find(h->fence, h->o.datacenter_id, id);
+    if (w != NULL)
+        return w;
+    sf_worker_options wo;
+    sfz_worker_options(&h->o, id, &wo);
+    w = sf_worker_new(&wo, err);
+    if (w == NULL)
+        return NULL;
+    if (!sf_fence_adopt(h->fence, w)) {
+        sf_worker_free(w);
+        err->code = SF_ERR_NOMEM;
+        snprintf(err->message, sizeof err->message, "out of memory keeping the worker");
+        return NULL;
     }
-    return h->workers[id];
+    /* The original's line, which operators grep for. */
+    sfz_log_line(h, "info", "worker starting. timestamp left shift %d, datacenter id bits %d, "
+                 "worker id bits %d, sequence bits %d, workerid %" PRId64 ", datacenterid %"
+                 PRId64, SF_TIMESTAMP_SHIFT, SF_DATACENTER_ID_BITS, SF_WORKER_ID_BITS,
+                 SF_SEQUENCE_BITS, id, h->o.datacenter_id);
+    return w;
 }
 
 /* Records a transition: the state, the descriptor made readable, the application told. */
@@ -109,7 +94,7 @@ static void sfz_set_state(sfz *h, bool serving, const char *reason)
     snprintf(h->state.reason, sizeof h->state.reason, "%s", serving ? "" : reason);
     copy = h->state;
     pthread_mutex_unlock(&h->lock);
-    copy.worker_id = sfz_worker_id(h);
+    copy.worker_id = sfz_held_id(h, false);
     copy.datacenter_id = h->o.datacenter_id;
     uint64_t one = 1;
     if (write(h->event_fd, &one, sizeof one) != (ssize_t)sizeof one && errno != EAGAIN)
@@ -145,7 +130,7 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
         sf_worker_advance_last_timestamp(w, floor_ms);
     pthread_mutex_lock(&h->lock); /* sfz_shut cannot slip in between */
     bool shut = h->shut;
-    /* Published either way: the fence owns (and frees) every worker made. */
+    /* Published either way: the fence owns (and frees) every worker made for us. */
     bool open = sf_fence_publish(h->fence, w, !shut, valid_until_boot_ms, reserved_until_ms,
                                  shut ? h->state.reason : NULL);
     pthread_mutex_unlock(&h->lock);
@@ -229,9 +214,16 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
     int rc = sfz_options_check(opts, err);
     if (rc != SFZ_OK)
         return rc;
+    if (!sfz_watch_forks(&rc))
+        return sfz_fail(err, SFZ_ERR_NOMEM, "cannot watch for fork() (pthread_atfork): %s",
+                        strerror(rc));
     sfz *h = calloc(1, sizeof *h);
     if (h == NULL)
         return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory allocating the handle");
+    h->fork_generation = atomic_load_explicit(&sfz_fork_generation, memory_order_relaxed);
+    h->pid = getpid();
+    h->gate_light = sfz_gate_register();
+    atomic_init(&h->calls, 0);
     h->o = *opts;
     h->event_fd = -1;
     pthread_mutex_init(&h->lock, NULL);
@@ -287,6 +279,7 @@ static void sfz_registry_options(sfz *h, sf_registry_options *ro)
     ro->worker_id_path = h->o.worker_id_path;
     ro->worker_id = h->o.worker_id;
     ro->datacenter_id = h->o.datacenter_id;
+    ro->epoch_ms = h->o.epoch_ms;
     ro->host_port = h->o.holder;
     ro->session_timeout_ms = h->o.session_timeout_ms;
     ro->claim_retries = h->o.claim_retries;
@@ -393,6 +386,8 @@ static int sfz_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *msg, s
 
 int sfz_run(sfz *h, sfz_error *err)
 {
+    if (sfz_forked(h))
+        return sfz_fail_forked(h, err);
     char msg[SFZ_CLAIM_MSG_MAX];
     int64_t worker_id = -1, floor_ms = -1, wait_ms = h->o.start_retry_wait_ms;
     for (int attempt = 0;; attempt++) {
@@ -469,161 +464,73 @@ int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err)
 
 void sfz_cancel(sfz *h)
 {
+    if (sfz_forked(h) || !sfz_enter(h))
+        return;
     pthread_mutex_lock(&h->lock);
     h->cancelled = true;
     if (h->registry != NULL)
         sf_registry_cancel(h->registry);
     pthread_cond_broadcast(&h->wake);
     pthread_mutex_unlock(&h->lock);
+    sfz_leave(h);
 }
 
-int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
+/* Frees the handle's own memory: the copies of the options and the struct. */
+static void sfz_free_memory(sfz *h)
 {
-    if (__builtin_expect(ids == NULL || count == 0, 0))
-        return sfz_fail(err, SFZ_ERR_ARG, "asked for %zu ids into %s: at least 1 id, into a "
-                        "buffer, is allowed", count, ids == NULL ? "NULL" : "a buffer");
-    char why[SF_FENCE_REASON_MAX];
-    sf_error e;
-    int rc = sf_fence_next_ids(h->fence, ids, count, why, sizeof why, &e);
-    if (__builtin_expect(rc == SF_OK, 1))
-        return SFZ_OK;
-    if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED) {
-        sfz_fail(err, SFZ_ERR_FENCED, "%s", why);
-        if (err != NULL && rc == SF_FENCE_DISCARDED)
-            err->discarded = count;
-        return SFZ_ERR_FENCED;
-    }
-    if (err != NULL) {
-        err->code = e.code;
-        err->behind_ms = e.behind_ms;
-        err->discarded = 0;
-        snprintf(err->message, sizeof err->message, "%s", e.message);
-    }
-    return e.code;
-}
-
-int sfz_next_id(sfz *h, int64_t *id, sfz_error *err)
-{
-    return sfz_next_ids(h, id, 1, err);
-}
-
-int64_t sfz_worker_id(sfz *h)
-{
-    sf_worker *w = sf_fence_worker(h->fence);
-    return w != NULL ? sf_worker_worker_id(w) : -1;
-}
-
-int64_t sfz_datacenter_id(sfz *h)
-{
-    sf_worker *w = sf_fence_worker(h->fence);
-    return w != NULL ? sf_worker_datacenter_id(w) : -1;
-}
-
-void sfz_get_state(sfz *h, sfz_state *out)
-{
-    pthread_mutex_lock(&h->lock);
-    *out = h->state;
-    pthread_mutex_unlock(&h->lock);
-    out->worker_id = sfz_worker_id(h);
-    out->datacenter_id = h->o.datacenter_id;
-    /* The fence knows first when a lease ran out (a process frozen past it). */
-    if (out->serving && sf_fence_refusal(h->fence, out->reason, sizeof out->reason))
-        out->serving = false;
-}
-
-void sfz_get_health(sfz *h, sfz_health *out)
-{
-    sfz_state st;
-    sfz_get_state(h, &st);
-    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
-    sfz_health_fill(out, st.serving, h->shut, h->registry, h->fence, h->since_ms);
-    pthread_mutex_unlock(&h->lock);
-}
-
-void sfz_read_state_fd(sfz *h)
-{
-    uint64_t n;
-    /* Unreadable until the next transition; nothing to read is fine (EAGAIN). */
-    if (read(h->event_fd, &n, sizeof n) < 0 && errno != EAGAIN)
-        sfz_log_line(h, "warning", "cannot reset the state descriptor: %s", strerror(errno));
-}
-
-int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen)
-{
-    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
-    int taken = h->registry != NULL ? sf_registry_worker_ids_taken(h->registry) : -1;
-    if (path != NULL && pathlen > 0 && h->registry != NULL)
-        sf_registry_worker_id_path(h->registry, path, pathlen);
-    else if (path != NULL && pathlen > 0)
-        path[0] = '\0';
-    pthread_mutex_unlock(&h->lock);
-    return taken;
-}
-
-void sfz_get_stats(sfz *h, sf_worker_stats *out)
-{
-    sf_worker *w = sf_fence_worker(h->fence);
-    if (w != NULL)
-        sf_worker_get_stats(w, out);
-    else
-        memset(out, 0, sizeof *out);
-}
-
-void sfz_get_renewals(sfz *h, sfz_renewals *out)
-{
-    sf_registry_renewal_stats rs = {.last_ms = -1}; /* sfz_renewals's fields (asserted above) */
-    pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
-    if (h->registry != NULL)
-        sf_registry_get_renewal_stats(h->registry, &rs);
-    pthread_mutex_unlock(&h->lock);
-    memcpy(out, &rs, sizeof *out);
-}
-
-void sfz_get_skew(sfz *h, sfz_skew *out)
-{
-    pthread_mutex_lock(&h->lock);
-    if (h->skew != NULL)
-        sfz_skew_read(h->skew, out);
-    else
-        memset(out, 0, sizeof *out);
-    pthread_mutex_unlock(&h->lock);
-}
-
-int sfz_state_fd(sfz *h)
-{
-    return h->event_fd;
-}
-
-void sfz_shut(sfz *h, const char *reason)
-{
-    pthread_mutex_lock(&h->lock);
-    h->shut = true;
-    sf_fence_close(h->fence, reason);
-    if (h->state.serving)
-        h->since_ms = sf_clock_now_ms();
-    h->state.serving = false;
-    snprintf(h->state.reason, sizeof h->state.reason, "%s", reason);
-    pthread_mutex_unlock(&h->lock);
-}
-
-void sfz_stop(sfz *h)
-{
-    if (h == NULL)
-        return;
-    sfz_skew_stop(h->skew); /* first: it reads through the registry */
-    if (h->registry != NULL)
-        sf_registry_close(h->registry); /* fences first, then records the last timestamp */
-    sfz_notifier_stop(h->notifier); /* the calls still queued are made first */
-    sf_fence_free(h->fence); /* and every worker: each was published to it when made */
     if (h->event_fd >= 0)
-        close(h->event_fd);
-    pthread_mutex_destroy(&h->lock);
-    pthread_mutex_destroy(&h->transition);
-    pthread_cond_destroy(&h->wake);
+        close(h->event_fd); /* in a child, its copy: the parent's stays open */
     free(h->zookeeper);
     free(h->auth);
     free(h->worker_id_path);
     free(h->holder);
     free(h->dcs);
     free(h);
+}
+
+/* Waits until no public call is inside h (new ones are refused from now on). Calls are
+ * short: a batch takes count / 4096 ms, a backward clock step is waited out for no longer
+ * than the lease has left. False when it cannot tell: what the id path reads must then stay. */
+static bool sfz_drain(sfz *h)
+{
+    atomic_fetch_or_explicit(&h->calls, SFZ_STOPPING, memory_order_acq_rel);
+    while ((atomic_load_explicit(&h->calls, memory_order_acquire) & ~SFZ_STOPPING) != 0)
+        sf_clocks_sleep_ms(SFZ_DRAIN_POLL_MS);
+    int rc = h->gate_light ? sfz_gate_drain(h) : 0;
+    if (rc != 0)
+        sfz_log_line(h, "error", "cannot tell whether a call is still inside the handle "
+                     "(membarrier: %s): its generator's memory is left allocated", strerror(rc));
+    return rc == 0;
+}
+
+void sfz_stop(sfz *h)
+{
+    if (h == NULL)
+        return;
+    if (sfz_forked(h)) {
+        /* A child's copy: the session and the threads are the parent's (closing the session
+         * here would end the parent's, joining a thread would wait for one that does not
+         * exist here), and a lock a thread of the parent held at the fork stays held here,
+         * so none is taken. The client library's memory for the session stays: no call of
+         * the client is safe here. */
+        sfz_skew_forget(h->skew);
+        sf_registry_forget(h->registry);
+        sf_fence_forget(h->fence);
+        sfz_notifier_stop(h->notifier); /* here: frees its memory, joins nothing */
+        sfz_free_memory(h);
+        return;
+    }
+    if (h->fence != NULL)
+        sf_fence_close(h->fence, "stopping: sfz_stop was called");
+    bool drained = sfz_drain(h);
+    sfz_skew_stop(h->skew); /* first: it reads through the registry */
+    if (h->registry != NULL)
+        sf_registry_close(h->registry); /* fences first, then records the last timestamp */
+    sfz_notifier_stop(h->notifier); /* the calls still queued are made first */
+    if (drained)
+        sf_fence_free(h->fence); /* and every worker: each was adopted when made */
+    pthread_mutex_destroy(&h->lock);
+    pthread_mutex_destroy(&h->transition);
+    pthread_cond_destroy(&h->wake);
+    sfz_free_memory(h);
 }

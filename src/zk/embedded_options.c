@@ -67,28 +67,56 @@ static bool sfz_holder_valid(const char *holder)
     return sf_hostport_parse(holder, host, sizeof host, &port, why, sizeof why);
 }
 
+/* The nodes a worker path's holders make: the path, its lock path and its state path. */
+#define SFZ_PATH_NODES 3
+static const char *const sfz_node_suffixes[SFZ_PATH_NODES] = {"", "-locks", "-state"};
+
+/* True when a is b or one of b's ancestors (a proper prefix of b ending at a '/'). */
+static bool sfz_path_covers(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return strncmp(a, b, n) == 0 && (b[n] == '\0' || b[n] == '/');
+}
+
+/* True when entry i's nodes (its path, -locks, -state) meet entry j's: the same node, or
+ * one under the other (each entry's holders would read or write the other's); *a and *b
+ * name the two, in buffers of SF_ZKPATH_MAX + 8 bytes. */
+static bool sfz_paths_collide(const char *pi, const char *pj, char *a, char *b)
+{
+    for (int x = 0; x < SFZ_PATH_NODES; x++)
+        for (int y = 0; y < SFZ_PATH_NODES; y++) {
+            snprintf(a, SF_ZKPATH_MAX + 8, "%s%s", pi, sfz_node_suffixes[x]);
+            snprintf(b, SF_ZKPATH_MAX + 8, "%s%s", pj, sfz_node_suffixes[y]);
+            if (sfz_path_covers(a, b) || sfz_path_covers(b, a))
+                return true;
+        }
+    return false;
+}
+
 /* Parses datacenter_paths ("D=/path,D=/path") into out, ordered by datacenter id; false
- * with msg saying what is wrong. */
+ * with msg saying what is wrong, naming the entry. */
 bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, size_t len)
 {
     memset(out, 0, sizeof *out);
     const char *p = spec;
     bool seen[SF_MAX_DATACENTER_ID + 1] = {false};
-    while (p != NULL && *p != '\0') {
+    while (p != NULL && (*p != '\0' || p != spec)) {
         const char *end = strchr(p, ',');
         size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
         const char *eq = memchr(p, '=', n);
-        char *num_end;
+        char *num_end = NULL;
         errno = 0;
-        long dc = eq != NULL ? strtol(p, &num_end, 10) : -1;
+        long dc = eq != NULL && *p >= '0' && *p <= '9' ? strtol(p, &num_end, 10) : -1;
         size_t plen = eq != NULL ? n - (size_t)(eq + 1 - p) : 0;
         char path[SF_ZKPATH_MAX + 2];
-        const char *why = "no '='";
+        const char *why = n == 0 ? "an empty entry (a comma too many)" : "no '='";
         if (eq != NULL && plen < sizeof path) {
             memcpy(path, eq + 1, plen);
             path[plen] = '\0';
         }
-        if (eq != NULL && (num_end != eq || errno != 0 || dc < 0 || dc > SF_MAX_DATACENTER_ID))
+        if (n > 0 && (memchr(p, ' ', n) != NULL || memchr(p, '\t', n) != NULL))
+            why = "a blank in it (none is allowed around '=' or ',')";
+        else if (eq != NULL && (num_end != eq || errno != 0 || dc < 0 || dc > SF_MAX_DATACENTER_ID))
             why = "the datacenter is not a number in 0..31";
         else if (eq != NULL && seen[dc])
             why = "a datacenter named twice";
@@ -114,13 +142,23 @@ bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, si
         p = end != NULL ? end + 1 : NULL;
     }
     for (int i = 0; i < out->count; i++)
-        for (int j = i + 1; j < out->count; j++)
+        for (int j = i + 1; j < out->count; j++) {
+            char a[SF_ZKPATH_MAX + 8], b[SF_ZKPATH_MAX + 8];
             if (strcmp(out->paths[i], out->paths[j]) == 0) {
                 snprintf(msg, len, "datacenter_paths names %s for datacenters %" PRId64 " and %"
                          PRId64 ": each datacenter needs its own path", out->paths[i],
                          out->ids[i], out->ids[j]);
                 return false;
             }
+            if (sfz_paths_collide(out->paths[i], out->paths[j], a, b)) {
+                snprintf(msg, len, "datacenter_paths entries '%" PRId64 "=%s' and '%" PRId64
+                         "=%s' meet: %s and %s are %s, and each path's holders use the path, "
+                         "path-locks and path-state; give each datacenter a path apart",
+                         out->ids[i], out->paths[i], out->ids[j], out->paths[j], a, b,
+                         strcmp(a, b) == 0 ? "the same node" : "one under the other");
+                return false;
+            }
+        }
     if (out->count == 0) {
         snprintf(msg, len, "datacenter_paths is empty: with datacenter_id -1 (automatic) name "
                  "at least one D=/path");

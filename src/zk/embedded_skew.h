@@ -30,4 +30,7 @@ SFZ_INTERNAL void sfz_skew_read(sfz_skew_watch *w, sfz_skew *out);
 /* Stops the thread (within one peer's answer) and frees w. NULL is allowed. */
 SFZ_INTERNAL void sfz_skew_stop(sfz_skew_watch *w);
 
+/* In a child process (fork()): frees w, whose thread is the parent's, taking no lock. */
+SFZ_INTERNAL void sfz_skew_forget(sfz_skew_watch *w);
+
 #endif /* SFZ_EMBEDDED_SKEW_H */

@@ -65,16 +65,28 @@ sf_fence *sf_fence_new(void)
     return f;
 }
 
-void sf_fence_free(sf_fence *f)
+/* Frees the workers and the fence's memory, but not its lock. */
+static void sf_fence_free_memory(sf_fence *f)
 {
-    if (f == NULL)
-        return;
     for (size_t i = 0; i < f->nworkers; i++)
         sf_worker_free(f->workers[i]);
     free(f->workers);
     free(f->reason);
-    pthread_mutex_destroy(&f->lock);
     free(f);
+}
+
+void sf_fence_free(sf_fence *f)
+{
+    if (f == NULL)
+        return;
+    pthread_mutex_destroy(&f->lock);
+    sf_fence_free_memory(f);
+}
+
+void sf_fence_forget(sf_fence *f)
+{
+    if (f != NULL)
+        sf_fence_free_memory(f);
 }
 
 /* Reads the view: a sequence-lock read, retried while a write is under way. */
@@ -138,6 +150,26 @@ static bool sf_fence_keep(sf_fence *f, sf_worker *w)
     }
     f->workers[f->nworkers++] = w;
     return true;
+}
+
+bool sf_fence_adopt(sf_fence *f, sf_worker *w)
+{
+    pthread_mutex_lock(&f->lock);
+    bool kept = sf_fence_keep(f, w);
+    pthread_mutex_unlock(&f->lock);
+    return kept;
+}
+
+sf_worker *sf_fence_find(sf_fence *f, int64_t datacenter_id, int64_t worker_id)
+{
+    sf_worker *found = NULL;
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->nworkers && found == NULL; i++)
+        if (sf_worker_datacenter_id(f->workers[i]) == datacenter_id &&
+            sf_worker_worker_id(f->workers[i]) == worker_id)
+            found = f->workers[i];
+    pthread_mutex_unlock(&f->lock);
+    return found;
 }
 
 /* Writes the gate the last publish and the hold make, over the current worker and lease,

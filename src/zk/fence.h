@@ -33,6 +33,18 @@ sf_fence *sf_fence_new(void);
 /* Frees the fence and every worker ever published to it: no caller may still be making ids. */
 void sf_fence_free(sf_fence *f);
 
+/* The same in a child process (fork()): takes and destroys no lock, which a thread of the
+ * parent may have held at the fork. NULL is allowed. */
+void sf_fence_forget(sf_fence *f);
+
+/* Makes w the fence's (freed with it) before it is published: false when out of memory (w
+ * stays the caller's). */
+bool sf_fence_adopt(sf_fence *f, sf_worker *w);
+
+/* The worker of (datacenter_id, worker_id) the fence owns, or NULL: one made before for a
+ * worker id held again goes on from its last id. */
+sf_worker *sf_fence_find(sf_fence *f, int64_t datacenter_id, int64_t worker_id);
+
 /* Publishes w (owned by the fence from now on, unless memory ran out: the gate then shuts
  * saying so, and w is the caller's; NULL = none held) in one step with the gate
  * (serving), the lease end (CLOCK_BOOTTIME ms; 0 = no lease, as standalone), the reservation

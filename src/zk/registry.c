@@ -94,6 +94,8 @@ static int sf_reg_claim_here(sf_registry *r, int64_t *id, int64_t *floor, char *
         return -1;
     if (!r->o.skip_sanity_checks && sf_reg_check_peers(r, err, errlen) != 0)
         return -1;
+    if (sf_reg_check_in(r, err, errlen) != 0)
+        return -1;
     return sf_reg_claim_once(r, r->o.claim_retries, r->claim_waits, id, floor, err, errlen);
 }
 
@@ -204,9 +206,10 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
             pthread_mutex_unlock(&r->mu);
         }
     }
-    if (!kept && sf_reg_check_peers(r, err, sizeof err) != 0) {
+    if (!kept && (sf_reg_check_peers(r, err, sizeof err) != 0 ||
+                  sf_reg_check_in(r, err, sizeof err) != 0)) {
         char reason[SF_REGISTRY_ERR_MAX + 128];
-        snprintf(reason, sizeof reason, "the peer sanity checks before claiming again failed, "
+        snprintf(reason, sizeof reason, "the sanity checks before claiming again failed, "
                  "will retry: %s", err);
         pthread_mutex_lock(&r->mu);
         sf_reg_step(r, SF_REG_EV_FAILED, reason);
@@ -341,6 +344,9 @@ void sf_registry_close(sf_registry *r)
 {
     if (!r)
         return;
+    pthread_mutex_lock(&r->mu);
+    int64_t until = sf_clocks_boot_ms() + sf_registry_close_wait_ms(r->negotiated_ms);
+    pthread_mutex_unlock(&r->mu);
     sf_registry_cancel(r);
     if (r->thread_started)
         pthread_join(r->thread, NULL);
@@ -348,16 +354,31 @@ void sf_registry_close(sf_registry *r)
     while (r->zh_users > 0) /* a peer list read through zh ends within its timeout */
         sf_reg_wait_locked(r, 100);
     pthread_mutex_unlock(&r->mu);
-    /* Before the last record deletes our node: the change it makes would queue another
-     * count, still unanswered when the handle closes (the client then leaks the request). */
-    atomic_store(&r->slots_off, true);
-    if (r->zh) {
-        sf_reg_final_record(r);
-        zookeeper_close(r->zh);
+    if (r->zh)
+        sf_reg_final_record(r, until);
+    /* Nothing may reach the handle once its close began: the client library refuses a
+     * request queued then ("marshalling error") and drops a notification that arrives then,
+     * leaking both. The callbacks queue requests only on r->zh, under the lock, and it is
+     * NULL from here on (requests queued before are answered "closing" by the close); the
+     * server forgets our watches before the close, so it notifies us of nothing more. */
+    pthread_mutex_lock(&r->mu);
+    zhandle_t *zh = r->zh;
+    r->zh = NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (zh) {
+        sf_reg_unwatch(r, zh, until);
+        zookeeper_close(zh);
     }
     sf_reg_slots_free(r);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
+    sf_registry_forget(r);
+}
+
+void sf_registry_forget(sf_registry *r)
+{
+    if (!r)
+        return;
     free(r->hosts);
     free(r->worker_id_path);
     free(r->lock_path);

@@ -151,6 +151,14 @@ typedef struct sf_registry_renewal_stats {
     uint64_t buckets[SF_REGISTRY_RENEWAL_BUCKETS + 1];
 } sf_registry_renewal_stats;
 
+/* How long sf_registry_close waits for ZooKeeper to confirm its last record and to drop our
+ * watches, together: the grace, T/3. A silent ensemble cannot hold a close longer (the next
+ * holder then waits out the reservation instead of starting right after the last id). */
+static inline int64_t sf_registry_close_wait_ms(int64_t session_timeout_ms)
+{
+    return sf_registry_grace_ms(session_timeout_ms);
+}
+
 typedef struct sf_registry sf_registry;
 
 /* Sets the ZooKeeper client library's own logging: its warnings when verbose, else nothing
@@ -298,7 +306,19 @@ void sf_registry_get_renewal_stats(sf_registry *r, sf_registry_renewal_stats *ou
 void sf_registry_cancel(sf_registry *r);
 
 /* Stops the thread, records the last timestamp (the conditional write above), and closes the
- * session so that the ephemeral node disappears at once. Frees r; NULL is allowed. */
+ * session so that the ephemeral node disappears at once. Frees r; NULL is allowed.
+ * How long it takes while ZooKeeper does not answer: the thread's current step (a
+ * ZooKeeper request the thread is in, while it claims again, ends within the client's own
+ * timeout, 2T/3; a serving registry's thread is in none), then sf_registry_close_wait_ms
+ * (T/3) for the last record and the watches, then the client's close, which waits up to
+ * 1.5 s for the server's answer while the connection looks alive. */
 void sf_registry_close(sf_registry *r);
+
+/* In a child process (fork()) of the one that made r: frees r's own memory and nothing
+ * more. The session and the threads are the parent's: closing the session here would end
+ * the parent's, and the client library's memory for it cannot be freed without that, so it
+ * stays. Takes no lock (a thread of the parent may have held one at the fork). NULL is
+ * allowed. */
+void sf_registry_forget(sf_registry *r);
 
 #endif /* SF_REGISTRY_H */

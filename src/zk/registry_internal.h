@@ -159,6 +159,7 @@ struct sf_registry {
     char unsure_worker[SF_REG_PATH_MAX]; /* a worker node a create of ours may have made (its
                               * answer lost, not read since); "" = none. The claiming thread's */
     int64_t unsure_session;  /* ...the session that sent that create */
+    char watched_lock[SF_REG_PATH_MAX]; /* the lock node a claim last watched; "" = none */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
@@ -194,6 +195,8 @@ struct sf_registry {
     atomic_bool slots_dirty; /* the watch fired: the thread reads the holders again */
     int64_t slots_read_at;   /* boot ms of the last read the watch was armed with */
     sf_reg_holders holders;  /* who holds them, for the live peer list */
+    int slots_reading;       /* reads of worker_id_path's children not yet answered */
+    int unwatching;          /* requests to drop our watches not yet answered */
 };
 
 /* registry.c: "<path><suffix>", or a copy of s when it is not NULL (NULL when out of memory). */
@@ -244,7 +247,11 @@ int64_t sf_reg_next_extension(const sf_registry *r, int64_t now);
 uint64_t sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
 bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
                            size_t errlen);
-void sf_reg_final_record(sf_registry *r);
+void sf_reg_final_record(sf_registry *r, int64_t until);
+
+/* registry_epoch.c: before every claim, the path's epoch recorded or compared, and our
+ * clock against the ensemble's (the record's write stamps it). 0, or -1 with err filled. */
+int sf_reg_check_in(sf_registry *r, char *err, size_t errlen);
 
 /* registry_claim.c: the claims and the peer checks.
  * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
@@ -282,5 +289,10 @@ void sf_reg_slots_watch(sf_registry *r);
 int64_t sf_reg_slots_refresh(sf_registry *r);
 void sf_reg_slots_init(sf_registry *r);
 void sf_reg_slots_free(sf_registry *r);
+
+/* Before zh (no longer r->zh) is closed: the server drops every watch of ours, so that no
+ * notification arrives while the handle closes; waited for until boot-clock time until at
+ * most. Lock not held. */
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh, int64_t until);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

@@ -163,6 +163,11 @@ static int sf_reg_wait_turn(sf_registry *r, const char *pred, const char *mine, 
     uint64_t seen = r->events;
     pthread_mutex_unlock(&r->mu);
     int rc = zoo_wexists(r->zh, pred, sf_reg_session_watcher, r, NULL);
+    if (rc == ZOK) { /* removed before the handle closes, if it has not fired */
+        pthread_mutex_lock(&r->mu);
+        snprintf(r->watched_lock, sizeof r->watched_lock, "%s", pred);
+        pthread_mutex_unlock(&r->mu);
+    }
     if (rc == ZNONODE)
         return 0;
     if (rc != ZOK) {

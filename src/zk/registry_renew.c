@@ -377,28 +377,50 @@ bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *er
     return serving;
 }
 
+/* Waits (lock held) for cond(r) until boot-clock time until; true when it holds. */
+static bool sf_reg_wait_until(sf_registry *r, bool (*cond)(sf_registry *, uint64_t),
+                              uint64_t arg, int64_t until)
+{
+    int64_t now;
+    while (!cond(r, arg) && (now = sf_clocks_boot_ms()) < until)
+        sf_reg_wait_locked(r, until - now < 100 ? until - now : 100);
+    return cond(r, arg);
+}
+
+/* None in flight. */
+static bool sf_reg_none_in_flight(sf_registry *r, uint64_t unused)
+{
+    (void)unused;
+    return sf_reg_in_flight(r) == 0;
+}
+
+/* Renewal seq answered. */
+static bool sf_reg_seq_answered(sf_registry *r, uint64_t seq)
+{
+    return r->answered_seq >= seq;
+}
+
 /* The last record at shutdown: the same conditional write as a renewal, sent once the
  * renewals in flight were answered, and only while the worker node is ours (a lost node
- * must not be written after). */
-void sf_reg_final_record(sf_registry *r)
+ * must not be written after); waited for until boot-clock time until at most: unconfirmed,
+ * the next holder waits out the reservation. */
+void sf_reg_final_record(sf_registry *r, int64_t until)
 {
     pthread_mutex_lock(&r->mu);
     int64_t id = r->held_id;
     bool live = id >= 0 && r->zh && r->connected && !r->expired;
     /* The state machine is stopped (events change nothing now): send directly and take the
      * outcome from the completion. */
-    while (live && sf_reg_in_flight(r) > 0)
-        sf_reg_wait_locked(r, 100);
+    bool idle = live && sf_reg_wait_until(r, sf_reg_none_in_flight, 0, until);
     pthread_mutex_unlock(&r->mu);
     if (!live)
         return;
-    for (int tries = 0; tries < 2; tries++) {
+    for (int tries = 0; idle && tries < 2; tries++) {
         uint64_t seq = sf_reg_renew_send(r, id, true);
         pthread_mutex_lock(&r->mu);
-        while (seq != 0 && r->answered_seq < seq)
-            sf_reg_wait_locked(r, 100);
-        bool ok = seq != 0 && r->answered == SF_REG_EV_RENEWED;
-        bool again = r->resync && seq != 0 && r->answered == SF_REG_EV_RENEW_FAILED;
+        bool answered = seq != 0 && sf_reg_wait_until(r, sf_reg_seq_answered, seq, until);
+        bool ok = answered && r->answered == SF_REG_EV_RENEWED;
+        bool again = r->resync && answered && r->answered == SF_REG_EV_RENEW_FAILED;
         pthread_mutex_unlock(&r->mu);
         if (ok) {
             sf_reg_log(r, "info", "released worker id %" PRId64, id);
@@ -408,8 +430,9 @@ void sf_reg_final_record(sf_registry *r)
             break;
     }
     sf_reg_log(r, "warning", "cannot record the last timestamp of worker id %" PRId64 " in %s: "
-               "the node is not ours any more or ZooKeeper did not confirm the write", id,
-               r->state_path);
+               "the node is not ours any more or ZooKeeper did not confirm the write%s", id,
+               r->state_path, sf_clocks_boot_ms() >= until ? " in time (it waits at most "
+               "a third of the session timeout)" : "");
 }
 
 void sf_registry_get_renewal_stats(sf_registry *r, sf_registry_renewal_stats *out)

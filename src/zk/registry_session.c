@@ -72,6 +72,12 @@ int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     r->session_started = sf_clocks_boot_ms();
     r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);
     bool ok = r->zh != NULL;
+    /* The client resolves the host names again on every turn of its loop unless told not
+     * to: once per connection is enough, and a thread inside getaddrinfo when the program
+     * forks leaves a lock held in the child (glibc's), where the next resolution hangs. */
+    if (ok && zoo_set_servers_resolution_delay(r->zh, -1) != ZOK)
+        sf_reg_log(r, "warning", "cannot turn off the ZooKeeper client's routine host name "
+                   "resolutions: it resolves '%s' on every turn of its loop", r->hosts);
     pthread_mutex_unlock(&r->mu);
     if (!ok) {
         sf_registry_set_err(err, errlen,

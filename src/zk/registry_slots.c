@@ -37,6 +37,10 @@ static void sf_reg_slots_done(int rc, const struct String_vector *kids, const st
                               const void *data)
 {
     sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    r->slots_reading--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     if (rc != ZOK || kids == NULL || stat == NULL)
         return; /* the view stays as last seen; the next claim reads it again */
     uint32_t present = 0;
@@ -65,11 +69,14 @@ static void sf_reg_slots_done(int rc, const struct String_vector *kids, const st
 }
 
 /* Reads the children of worker_id_path on zh and leaves a watch on them. Only queues the
- * request: safe with r->mu held and from the client's own callbacks. */
+ * request. r->mu held, and zh is r->zh: a handle being replaced or closed is NULL there
+ * before its close begins, so no request is queued on a closing handle (the client
+ * library refuses it then, as a "marshalling error", and leaks it). */
 static void sf_reg_slots_read(sf_registry *r, zhandle_t *zh)
 {
     int rc = zoo_awget_children2(zh, r->worker_id_path, sf_reg_slots_watcher, r,
                                  sf_reg_slots_done, r);
+    r->slots_reading += rc == ZOK;
     if (rc != ZOK && rc != ZINVALIDSTATE && rc != ZCLOSING)
         sf_reg_log(r, "warning", "cannot count the worker ids taken under %s: %s",
                    r->worker_id_path, zerror(rc));
@@ -186,6 +193,53 @@ int sf_registry_list_peers(sf_registry *r, char (*out)[SF_REGISTRY_PEER_MAX], in
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return n;
+}
+
+/* Completion of a request to drop watches: one fewer to wait for. */
+static void sf_reg_unwatched(int rc, const void *data)
+{
+    (void)rc; /* none left to drop (ZNOWATCHER) is as good as dropped */
+    sf_registry *r = (sf_registry *)data;
+    pthread_mutex_lock(&r->mu);
+    r->unwatching--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Asks the server to drop our watches of path, if the client knows of one (lock held). */
+static void sf_reg_unwatch_path(sf_registry *r, zhandle_t *zh, const char *path,
+                                ZooWatcherType type)
+{
+    /* The client declares the completion a void_completion_t *, but stores and calls what it
+     * is given as the void_completion_t itself. */
+    int rc = zoo_aremove_all_watches(zh, path, type, 0, (void_completion_t *)sf_reg_unwatched, r);
+    r->unwatching += rc == ZOK;
+    if (rc != ZOK && rc != ZNOWATCHER && rc != ZNONODE)
+        sf_reg_log(r, "warning", "cannot drop our watch of %s before closing the session: %s",
+                   path, zerror(rc));
+}
+
+/* Waits (lock held) while count is above 0 and the connection is up, until until. */
+static void sf_reg_wait_zero(sf_registry *r, const int *count, int64_t until)
+{
+    int64_t now;
+    while (*count > 0 && r->connected && (now = sf_clocks_boot_ms()) < until)
+        sf_reg_wait_locked(r, until - now < 100 ? until - now : 100);
+}
+
+void sf_reg_unwatch(sf_registry *r, zhandle_t *zh, int64_t until)
+{
+    pthread_mutex_lock(&r->mu);
+    /* A read in flight sets its watch when answered: wait for it (no new one starts, r->zh
+     * is NULL), or the server would keep a watch the client does not know of yet. */
+    sf_reg_wait_zero(r, &r->slots_reading, until);
+    if (r->connected && !r->expired) { /* else no server sends us anything */
+        sf_reg_unwatch_path(r, zh, r->worker_id_path, ZWATCHTYPE_CHILD);
+        if (r->watched_lock[0] != '\0')
+            sf_reg_unwatch_path(r, zh, r->watched_lock, ZWATCHTYPE_ANY);
+        sf_reg_wait_zero(r, &r->unwatching, until);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 int sf_registry_worker_ids_taken(sf_registry *r)

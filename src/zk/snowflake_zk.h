@@ -42,7 +42,9 @@ enum {
                                   of the claim (connection lost or timed out), every try */
     SFZ_ERR_CLAIM = -22,       /* sfz_start: no worker id could be claimed (every one taken,
                                   or a peer check failed): trying again changes nothing */
-    SFZ_ERR_STOPPED = -23      /* sfz_start: sfz_cancel was called */
+    SFZ_ERR_STOPPED = -23,     /* sfz_start: sfz_cancel was called */
+    SFZ_ERR_FORKED = -24       /* the handle belongs to another process: this one is a
+                                  fork() of the one that made it (see "Processes") */
 };
 
 #define SFZ_ERROR_MAX 1024
@@ -141,12 +143,16 @@ typedef struct sfz_options {
                                    or the next ones up when others claim at the same time */
     int64_t datacenter_id;      /* 0..31, default 0; or -1 with datacenter_paths */
     const char *datacenter_paths; /* with datacenter_id -1 (automatic): "D=/path,D=/path"
-                                   (D 0..31, each its own path, at most 32): a free
+                                   (D 0..31, each its own path, at most 32, no blanks, no
+                                   empty entry; no path, path-locks or path-state of one
+                                   entry is, or is under, one of another's): a free
                                    (datacenter, worker) pair over them, starting at one of
                                    the datacenters chosen at random and going on to the next
                                    with a free id, on one ZooKeeper session; the paths replace
                                    worker_id_path, and worker_id must be -1 */
-    int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS */
+    int64_t epoch_ms;           /* default SF_TWITTER_EPOCH_MS; one per worker path: the
+                                   first holder records it there, and a claim with
+                                   another is refused (SFZ_ERR_CLAIM, naming both) */
     int64_t max_clock_backward_wait_ms; /* 0..60000, as libsnowflake's; default 0 */
     bool random_first_sequence; /* as libsnowflake's; default false */
     const char *holder;         /* node data; NULL = "embedded pid=<pid> host=<host>
@@ -156,7 +162,8 @@ typedef struct sfz_options {
                                    that serve Thrift (worker id, datacenter, clock); NULL
                                    checks only the datacenters embedded holders' nodes state */
     void *peer_ctx;
-    bool skip_sanity_checks;    /* no peer check at all */
+    bool skip_sanity_checks;    /* no peer check, and no check of our clock against
+                                   ZooKeeper's before a claim */
     bool skip_unreachable_peers; /* a peer that does not answer is logged, not fatal */
 #define SFZ_OPTION_FIELD(field, lo, hi, dflt) int field;
     SFZ_INT_OPTIONS(SFZ_OPTION_FIELD)
@@ -203,8 +210,17 @@ void sfz_cancel(sfz *h);
 int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err);
 int sfz_run(sfz *h, sfz_error *err);
 
-/* One id, or count ids strictly increasing (count >= 1). Thread-safe. Returns SFZ_OK,
- * SFZ_ERR_FENCED while no lease is held, or SFZ_ERR_CLOCK_BACKWARDS / SFZ_ERR_CLOCK. */
+/* The most ids one sfz_next_ids call makes (snowflaked's largest max_batch_size): at 4,096
+ * ids per millisecond such a call takes at least 245 ms, holding the worker (other calls
+ * wait) and keeping sfz_stop waiting meanwhile. */
+#define SFZ_MAX_IDS 1000000
+
+/* One id, or count ids strictly increasing (count 1..SFZ_MAX_IDS, else SFZ_ERR_ARG).
+ * Thread-safe. Returns SFZ_OK, SFZ_ERR_FENCED while no lease is held (or once sfz_stop
+ * began), SFZ_ERR_CLOCK_BACKWARDS / SFZ_ERR_CLOCK, or SFZ_ERR_FORKED in a process the handle
+ * does not belong to. The worker id and datacenter id the ids were made under are in each
+ * id: sf_decode(id, epoch_ms, ...) gives them, race-free (sfz_worker_id may already name the
+ * next id held by the time it is read). */
 int sfz_next_id(sfz *h, int64_t *id, sfz_error *err);
 int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err);
 
@@ -214,7 +230,9 @@ void sfz_get_state(sfz *h, sfz_state *out);
 
 /* The worker id held now (or last held: a fenced handle keeps it until it claims another),
  * and its datacenter id; -1 before the first claim. A lock-free read, cheap enough for
- * every request (sfz_get_state copies the whole state under a lock). */
+ * every request (sfz_get_state copies the whole state under a lock). Not a label for ids
+ * made by another call: the handle may claim another id in between; decode the id itself
+ * (see sfz_next_ids). */
 int64_t sfz_worker_id(sfz *h);
 int64_t sfz_datacenter_id(sfz *h);
 
@@ -303,9 +321,40 @@ void sfz_read_state_fd(sfz *h);
  * program that drains its requests before sfz_stop. The id stays held until sfz_stop. */
 void sfz_shut(sfz *h, const char *reason);
 
-/* Records the last timestamp and releases the worker id at once (the node is deleted; the
- * next holder starts after this handle's last id), then frees the handle. NULL is allowed. */
+/* Refuses every call from now on (ids with SFZ_ERR_FENCED), waits for the calls inside the
+ * handle to return, records the last timestamp and releases the worker id (the node is
+ * deleted; the next holder starts after this handle's last id), then frees the handle.
+ * NULL is allowed. In a process the handle does not belong to (a fork() child) it frees
+ * that process's copy only: no ZooKeeper request, no thread joined, the parent untouched.
+ * With ZooKeeper answering it takes a few round trips. While ZooKeeper does not answer it
+ * takes at most: the calls inside (below), then a third of the session timeout for the last
+ * record (unconfirmed by then, it is given up: the next holder waits out the reservation
+ * instead of starting right after the last id), then up to 1.5 s in the ZooKeeper client's
+ * close (its wait for the server's answer), plus, if the handle was claiming again at that
+ * moment, the ZooKeeper request it was in (the client's own timeout, 2/3 of the session
+ * timeout; a serving handle is in none). */
 void sfz_stop(sfz *h);
+
+/* Threads. Every call but sfz_stop may be made from any thread, at the same time as any
+ * other; a callback (on_state, log, query_peer) must not call sfz_stop. sfz_stop may run
+ * while other threads are inside calls on the handle: it refuses new ones (ids with
+ * SFZ_ERR_FENCED, "stopping"; the other calls answer as for a handle that holds nothing)
+ * and waits for those inside to return before it frees anything (at no locked instruction
+ * on the id path where the kernel has membarrier(2)). What it cannot guard is a
+ * call that begins after it returned (the handle is gone): stop starting calls before
+ * sfz_stop returns, as with any free. Once, and not while sfz_run runs on the handle
+ * (sfz_cancel it and wait for sfz_run to return).
+ *
+ * Processes. A handle belongs to the process that made it (sfz_prepare or sfz_start). In a
+ * child made by fork() every call on it is refused at once: SFZ_ERR_FORKED ("this handle was
+ * started by pid N; ... start a handle of its own after fork()"), or, for the calls that
+ * return no code, nothing held (worker id -1, not serving with that reason, no figures,
+ * sfz_state_fd -1). The child shares the parent's worker id, its lease and its last
+ * timestamp: ids from both would repeat. A pre-fork server starts one handle in each worker
+ * process after the fork (each claims its own worker id) and none in the parent, or stops
+ * the parent's before forking. The check costs one relaxed load per call (a generation set
+ * by a pthread_atfork handler); a child made without fork() or pthread_atfork's handlers
+ * (a raw clone() system call) is not seen. */
 
 #ifdef __cplusplus
 }

@@ -188,5 +188,28 @@ out=$($T --path /embedded check); rc=$?
 expect "check fails on embedded holders of two datacenters" \
   "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'several datacenter ids'"
 
+# The epoch a path's first holder records (PATH-state's data): shown; cleared only while no
+# id is held, after asking.
+$PY - "$hosts" <<'PY' || bad "seed an epoch record"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/epoch-held/2", b"127.0.0.1:9", makepath=True)
+z.create("/epoch-held-state", b"epoch_ms 1288834974657")
+z.create("/epoch-free-state", b"epoch_ms 1400000000000", makepath=True)
+z.stop()
+PY
+out=$($T --path /epoch-held epoch)
+expect "epoch shows the recorded epoch" \
+  "echo \"\$out\" | grep -q 'count from epoch_ms 1288834974657 (2010-11-04T01:42:54.657Z)'"
+out=$($T --path /epoch-held epoch --clear --yes 2>&1); rc=$?
+expect "epoch --clear refuses while an id is held" "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'worker ids 2 are held'"
+out=$(echo n | $T --path /epoch-free epoch --clear); rc=$?
+expect "epoch --clear asks and keeps the record on no" \
+  "[ $rc -eq 1 ] && $T --path /epoch-free epoch | grep -q 'epoch_ms 1400000000000'"
+out=$($T --path /epoch-free epoch --clear --yes); rc=$?
+expect "epoch --clear forgets a free path's epoch" \
+  "[ $rc -eq 0 ] && $T --path /epoch-free epoch | grep -q 'no epoch recorded'"
+
 echo "test_snowflake_zk: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """test_zk_server.py -- snowflaked registered in a real ZooKeeper, end to end: static
-and automatic claims, conflicts, exhaustion, the peer sanity checks, fencing, restart
+and automatic claims, conflicts, exhaustion, the peer sanity checks and the clock check
+against the ensemble (daemons and embedded holders), fencing, restart
 safety, the lease (a frozen node), SIGTERM, snowflake-zk against live holders, and a fleet
 mixing daemons with an embedded holder (libsnowflake-zk). One ZooKeeper server serves
 every check; each check uses its own worker_id_path. Every process is stopped however
@@ -226,15 +227,24 @@ def peer_in_another_datacenter():
     peer.stop()
 
 
-def peer_clock_30_seconds_ahead():
-    """A peer whose clock is 30 s ahead (libfaketime) fails the timestamp check."""
+def clock_30_seconds_ahead():
+    """The environment of a process whose clock runs 30 s ahead (libfaketime)."""
     if not os.path.exists(FAKETIME_LIB):
         raise AssertionError("%s is missing: apt-get install faketime" % FAKETIME_LIB)
-    peer = zk_server("/clock", worker_id=1,
-                     env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+30s",
-                          # an ASan build must accept a preloaded library before its own
-                          "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-                          ":verify_asan_link_order=0"}).start()
+    return {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+30s",
+            # an ASan build must accept a preloaded library before its own
+            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+
+
+def peer_clock_30_seconds_ahead():
+    """A node whose clock is 30 s ahead (libfaketime) is refused before it claims: ZooKeeper
+    stamps the write it makes first with the ensemble's clock. Started without the sanity
+    checks it serves, and then a node on the true clock fails the peers' timestamp check."""
+    s = zk_server("/clock", worker_id=1, env=clock_30_seconds_ahead()).start()
+    refused(s, "clock sanity check failed: our clock is at least")
+    assert "ms ahead of ZooKeeper's" in s.log(), s.log()
+    peer = zk_server("/clock", worker_id=1, env=clock_30_seconds_ahead(),
+                     extra=["--set", "snowflake.skip_sanity_checks=true"]).start()
     serving(peer)
     with peer.client() as api:
         skew = api.get_timestamp() - time.time() * 1000
@@ -437,6 +447,28 @@ def mixed_fleet_with_embedded_holder():
             log.close()
 
 
+def embedded_clock_30_seconds_ahead():
+    """An embedded holder (test/tools/chaos_embedded) whose clock runs 30 s ahead: nobody
+    queries it over Thrift, but ZooKeeper's stamp on its first write shows the skew, and it
+    is refused before it claims."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as out:
+        prog = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "chaos_embedded")
+        env = sftest.clean_env(clock_30_seconds_ahead())
+        preload = env.pop("LD_PRELOAD")  # into the program, not libtool's wrapper script
+        run = subprocess.run([sftest.LIBTOOL, "--mode=execute", "env", "LD_PRELOAD=" + preload,
+                              prog, out, "e1", ZK.hosts, "/eclock", "auto", "2", str(SESSION_MS),
+                              "0", "10000", "500"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60)
+        assert run.returncode == 1, "exit status %d; log:\n%s" % (run.returncode, run.stdout)
+        assert "clock sanity check failed: our clock is at least" in run.stdout, run.stdout
+    zk = ZK.client()
+    try:
+        assert zk.get_children("/eclock") == [], "the refused holder left a node"
+    finally:
+        zk.stop()
+
+
 def ops_tool_finds_split_worker_ids():
     """Two nodes of one datacenter registered apart, one through a chroot in its hosts: each
     may hold the same worker id as the other. snowflake-zk check finds the other path from
@@ -582,6 +614,7 @@ def main():
     r.run(ops_tool_against_live_holders)
     r.run(ops_tool_finds_split_worker_ids)
     r.run(mixed_fleet_with_embedded_holder)
+    r.run(embedded_clock_30_seconds_ahead)
     r.run(fencing_and_reregistration)
     r.run(frozen_node_closes_queued_request)
     r.run(frozen_node_refuses_queued_request, True)

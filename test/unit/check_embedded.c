@@ -11,9 +11,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -135,6 +137,11 @@ START_TEST(start_serves_and_stop_releases)
     ck_assert_msg(strncmp(data, want, strlen(want)) == 0 && strstr(data, " datacenter=7"),
                   "node data \"%s\"", data);
     ck_assert_int_eq(sfz_next_ids(h, ids, 0, &err), SFZ_ERR_ARG);
+    int64_t *many = malloc((SFZ_MAX_IDS + 1) * sizeof *many);
+    ck_assert(many != NULL);
+    ck_assert_int_eq(sfz_next_ids(h, many, SFZ_MAX_IDS + 1, &err), SFZ_ERR_ARG);
+    free(many);
+    ck_assert_msg(strstr(err.message, "1..1000000 ids") != NULL, "%s", err.message);
     sfz_stop(h);
     ck_assert_int_eq(sf_test_zk_get(zh, "/e-start/0", data, sizeof data, NULL), ZNONODE);
     ck_assert_int_eq(sf_test_zk_get(zh, "/e-start-state/0", data, sizeof data, NULL), ZOK);
@@ -407,6 +414,20 @@ START_TEST(automatic_datacenter_options_are_checked)
         {-1, "0=/a,1=/a", "each datacenter needs its own path"},
         {-1, "0=relative", "not absolute"},
         {-1, "/a", "no '='"},
+        /* Another entry's own nodes: its lock path, its state path, a node under it. */
+        {-1, "0=/x,1=/x-locks", "'0=/x' and '1=/x-locks' meet: /x-locks and /x-locks are the same node"},
+        {-1, "0=/y,1=/y-state", "'0=/y' and '1=/y-state' meet"},
+        {-1, "0=/z,1=/z/sub", "'0=/z' and '1=/z/sub' meet: /z and /z/sub are one under the other"},
+        {-1, "0=/w/sub,1=/w", "'0=/w/sub' and '1=/w' meet"},
+        {-1, "0=/v-locks/a,1=/v", "'0=/v-locks/a' and '1=/v' meet"},
+        /* Blanks and empty entries. */
+        {-1, "0=/a, 1=/b", "entry ' 1=/b' is not D=/path"},
+        {-1, "0=/a ,1=/b", "a blank in it"},
+        {-1, "0 =/a", "a blank in it"},
+        {-1, "0=/a,", "an empty entry (a comma too many)"},
+        {-1, ",0=/a", "an empty entry"},
+        {-1, "0=/a,,1=/b", "an empty entry"},
+        {-1, "+0=/a", "not a number in 0..31"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sfz_options o;
@@ -880,6 +901,329 @@ START_TEST(live_peer_list_reads_only_changes)
 }
 END_TEST
 
+/* What a child of a process holding a handle did with it, written where the parent sees it
+ * (memory shared across the fork). */
+typedef struct fork_report {
+    int calls, refused_forked, first_rc;
+    char message[SFZ_ERROR_MAX];
+    int64_t state_worker_id, worker_id;
+    int state_fd, state_serving;
+    int stopped;                 /* sfz_stop on the parent's handle returned */
+    int own_rc;                  /* its own handle, started after the fork */
+    int64_t own_worker_id;
+    char own_message[SFZ_ERROR_MAX];
+    size_t count;                /* ids handed out, in ids[] */
+    int64_t ids[];
+} fork_report;
+
+#define FORK_IDS_MAX (1u << 21)
+#define FORK_BATCH 64
+
+/* Takes ids from h in batches for ms milliseconds (or until cap), into ids; returns how
+ * many; each call's code goes to *calls, *forked (SFZ_ERR_FORKED) and *first_rc. */
+static size_t take_ids_for(sfz *h, int64_t ms, int64_t *ids, size_t cap, int *calls,
+                           int *forked, int *first_rc, char *first_msg)
+{
+    size_t n = 0;
+    for (int64_t end = sf_test_boot_ms() + ms; sf_test_boot_ms() < end && n + FORK_BATCH <= cap;) {
+        sfz_error err;
+        int rc = sfz_next_ids(h, ids + n, FORK_BATCH, &err);
+        if (*calls == 0) {
+            *first_rc = rc;
+            if (first_msg != NULL)
+                snprintf(first_msg, SFZ_ERROR_MAX, "%s", rc == SFZ_OK ? "" : err.message);
+        }
+        (*calls)++;
+        *forked += rc == SFZ_ERR_FORKED;
+        if (rc == SFZ_OK)
+            n += FORK_BATCH;
+    }
+    return n;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A pre-fork server: a process starts a handle and forks; parent and child both ask it for
+ * ids at once. The child shares the parent's worker id, lease and last timestamp, so what
+ * it handed out would repeat the parent's ids: every call in the child is refused at once
+ * (SFZ_ERR_FORKED, naming the parent), sfz_stop there frees only the child's copy (the
+ * parent's session and worker node stay, it keeps serving), and a handle the child starts
+ * itself claims another worker id and serves. */
+START_TEST(fork_child_is_refused_and_starts_its_own)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-fork");
+    o.session_timeout_ms = 10000; /* no fence from a slow renewal on a busy machine */
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    char node[64], data[256];
+    struct Stat before, after;
+    snprintf(node, sizeof node, "/e-fork/%" PRId64, sfz_worker_id(h));
+    ck_assert_int_eq(sf_test_zk_get(zh, node, data, sizeof data, &before), ZOK);
+    /* Closed before the fork: a client thread inside getaddrinfo at the fork would leave
+     * glibc's lock held in the child, whose own handle then hangs resolving (the handle's
+     * own client does not resolve again while connected). */
+    zookeeper_close(zh);
+    size_t bytes = sizeof(fork_report) + FORK_IDS_MAX * sizeof(int64_t);
+    fork_report *rep = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                            -1, 0);
+    ck_assert(rep != MAP_FAILED);
+    memset(rep, 0, sizeof *rep);
+    int done[2];
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(done[0]);
+        rep->count = take_ids_for(h, 300, rep->ids, FORK_IDS_MAX, &rep->calls,
+                                  &rep->refused_forked, &rep->first_rc, rep->message);
+        sfz_state st;
+        sfz_get_state(h, &st);
+        rep->state_serving = st.serving;
+        rep->state_worker_id = st.worker_id;
+        rep->worker_id = sfz_worker_id(h);
+        rep->state_fd = sfz_state_fd(h);
+        char c = 'r'; /* the report so far is complete: sfz_stop comes next */
+        if (write(done[1], &c, 1) != 1)
+            _exit(1);
+        sfz_stop(h);
+        rep->stopped = 1;
+        sfz *own = NULL;
+        rep->own_rc = sfz_start(&o, &own, &err);
+        if (rep->own_rc == SFZ_OK) {
+            rep->own_worker_id = sfz_worker_id(own);
+            size_t more = 0;
+            int calls = 0, forked = 0, first = 0;
+            more = take_ids_for(own, 100, rep->ids + rep->count, FORK_IDS_MAX - rep->count,
+                                &calls, &forked, &first, NULL);
+            rep->count += more;
+            sfz_stop(own);
+        } else {
+            snprintf(rep->own_message, sizeof rep->own_message, "%s", err.message);
+        }
+        c = 's';
+        if (write(done[1], &c, 1) != 1)
+            _exit(1);
+        _exit(0);
+    }
+    close(done[1]);
+    int64_t *mine = malloc(FORK_IDS_MAX * sizeof *mine);
+    ck_assert(mine != NULL);
+    int calls = 0, forked = 0, first = 0;
+    size_t n = take_ids_for(h, 300, mine, FORK_IDS_MAX, &calls, &forked, &first, NULL);
+    char c = 0;
+    struct pollfd pfd = {done[0], POLLIN, 0};
+    bool reported = poll(&pfd, 1, 60000) == 1 && read(done[0], &c, 1) == 1 && c == 'r';
+    bool stopped = reported && poll(&pfd, 1, 30000) == 1 && read(done[0], &c, 1) == 1 && c == 's';
+    if (!stopped)
+        kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(done[0]);
+    /* The parent's handle after the child's stop: the same session holds its node, and it
+     * serves (within a claim, should a slow renewal have fenced it meanwhile). */
+    zh = sf_test_zk_client(zk.hosts);
+    int node_rc = sf_test_zk_get(zh, node, data, sizeof data, &after);
+    zookeeper_close(zh);
+    int64_t next;
+    int after_rc = SFZ_ERR_FENCED;
+    for (int64_t end = sf_test_boot_ms() + 60000; after_rc != SFZ_OK && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(20))
+        after_rc = sfz_next_id(h, &next, &err);
+    qsort(mine, n, sizeof *mine, cmp_id);
+    size_t repeated = 0;
+    for (size_t i = 0; i < rep->count; i++)
+        repeated += bsearch(&rep->ids[i], mine, n, sizeof *mine, cmp_id) != NULL;
+    char want[96];
+    snprintf(want, sizeof want, "this handle was started by pid %ld", (long)parent);
+    int64_t parent_worker = sfz_worker_id(h);
+    sfz_stop(h);
+    free(mine);
+    ck_assert_msg(n > 0 && first == SFZ_OK, "the parent got no ids");
+    ck_assert_msg(reported, "the child reported nothing within 60 s");
+    ck_assert_msg(repeated == 0, "%zu of the child's %zu ids repeat the parent's (%zu ids)",
+                  repeated, rep->count, n);
+    ck_assert_msg(rep->refused_forked == rep->calls && rep->first_rc == SFZ_ERR_FORKED,
+                  "the child's calls on the parent's handle: %d of %d refused as forked, the "
+                  "first rc %d", rep->refused_forked, rep->calls, rep->first_rc);
+    ck_assert_msg(strstr(rep->message, want) != NULL &&
+                  strstr(rep->message, "start a handle of its own after fork()") != NULL,
+                  "\"%s\" does not say \"%s\"", rep->message, want);
+    ck_assert_msg(!rep->state_serving && rep->state_worker_id == -1 && rep->worker_id == -1 &&
+                  rep->state_fd == -1, "the child's state: serving %d, worker %" PRId64 "/%"
+                  PRId64 ", fd %d", rep->state_serving, rep->state_worker_id, rep->worker_id,
+                  rep->state_fd);
+    ck_assert_msg(stopped && rep->stopped, "the child did not stop the parent's handle and start "
+                  "its own within 30 s (sfz_stop returned: %d; its end: %s %d)", rep->stopped,
+                  WIFSIGNALED(status) ? "signal" : "exit status",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    ck_assert_msg(rep->own_rc == SFZ_OK, "the child's own handle: %s", rep->own_message);
+    ck_assert_msg(rep->own_worker_id >= 0 && rep->own_worker_id != parent_worker,
+                  "the child's own handle holds worker id %" PRId64 ", the parent's %" PRId64,
+                  rep->own_worker_id, parent_worker);
+    ck_assert_msg(after_rc == SFZ_OK, "the parent stopped serving after the child's stop: %s",
+                  err.message);
+    ck_assert_msg(node_rc == ZOK && after.ephemeralOwner == before.ephemeralOwner,
+                  "the parent's worker node %s: rc %d, session 0x%" PRIx64 " before the child's "
+                  "stop, 0x%" PRIx64 " after", node, node_rc, (uint64_t)before.ephemeralOwner,
+                  (uint64_t)after.ephemeralOwner);
+    munmap(rep, bytes);
+}
+END_TEST
+
+/* One long call on a handle, from a thread of its own. */
+typedef struct long_call {
+    sfz *h;
+    int64_t *ids;
+    int rc;
+    size_t discarded;
+    int64_t returned_at; /* CLOCK_BOOTTIME ms, taken as soon as the call returned */
+} long_call;
+
+static void *long_call_thread(void *arg)
+{
+    long_call *c = arg;
+    sfz_error err;
+    c->rc = sfz_next_ids(c->h, c->ids, SFZ_MAX_IDS, &err);
+    c->returned_at = sf_test_boot_ms();
+    c->discarded = c->rc == SFZ_ERR_FENCED ? err.discarded : 0;
+    return NULL;
+}
+
+/* sfz_stop while another thread is inside sfz_next_ids (a batch of SFZ_MAX_IDS, a quarter
+ * of a second at 4,096 ids per ms): it frees nothing under the call, but waits for it to
+ * return; the ids that call made once the stop began are discarded, never handed out. */
+START_TEST(stop_waits_for_a_call_inside)
+{
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-stop-inside");
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    long_call c = {.h = h, .ids = malloc(SFZ_MAX_IDS * sizeof(int64_t))};
+    ck_assert(c.ids != NULL);
+    sf_worker_stats before, now;
+    sfz_get_stats(h, &before);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, long_call_thread, &c), 0);
+    /* Inside for sure: the batch has waited out a few exhausted milliseconds already. */
+    now = before;
+    for (int64_t end = sf_test_boot_ms() + 60000;
+         now.sequence_waits < before.sequence_waits + 5 && sf_test_boot_ms() < end;
+         sf_test_sleep_ms(1))
+        sfz_get_stats(h, &now);
+    ck_assert_msg(now.sequence_waits >= before.sequence_waits + 5, "the call never started");
+    int64_t stop_at = sf_test_boot_ms();
+    sfz_stop(h);
+    int64_t stopped_at = sf_test_boot_ms();
+    pthread_join(t, NULL);
+    free(c.ids);
+    ck_assert_msg(c.returned_at <= stopped_at + 100, "sfz_stop returned %" PRId64 " ms after "
+                  "it began, %" PRId64 " ms before the call inside the handle returned",
+                  stopped_at - stop_at, c.returned_at - stopped_at);
+    ck_assert_msg(c.rc == SFZ_ERR_FENCED && c.discarded == SFZ_MAX_IDS, "the call inside "
+                  "returned %d with %zu ids discarded: ids made after the stop began",
+                  c.rc, c.discarded);
+}
+END_TEST
+
+/* One id per millisecond from h for ms milliseconds, into ids (room for ms + 1); returns
+ * how many. */
+static size_t one_id_per_ms(sfz *h, int64_t ms, int64_t *ids)
+{
+    size_t n = 0;
+    for (int64_t end = sf_test_boot_ms() + ms; sf_test_boot_ms() < end && n < (size_t)ms;) {
+        sfz_error err;
+        int64_t at = sf_clock_now_ms();
+        if (sfz_next_id(h, &ids[n], &err) == SFZ_OK)
+            n++;
+        while (sf_clock_now_ms() == at)
+            ;
+    }
+    return n;
+}
+
+/* Two holders of one worker id whose epochs are 2 s apart: the second, taking over from the
+ * first, would make at Unix time t the ids the first made at t - 2 s (the floor is kept in
+ * Unix ms). The path keeps one epoch: the second is refused before it claims, naming both. */
+START_TEST(another_epoch_is_refused_naming_both)
+{
+    enum { A_MS = 2000, B_MS = 1000, D_MS = 2000 };
+    sfz_options o;
+    sfz_error err;
+    sfz *a = NULL, *b = NULL;
+    test_options(&o, zk.hosts, "/e-epoch");
+    o.worker_id = 0;
+    ck_assert_msg(sfz_start(&o, &a, &err) == SFZ_OK, "%s", err.message);
+    int64_t *ids_a = malloc((A_MS + 1) * sizeof *ids_a), *ids_b = malloc((B_MS + 1) * sizeof *ids_b);
+    ck_assert(ids_a != NULL && ids_b != NULL);
+    size_t na = one_id_per_ms(a, A_MS, ids_a), nb = 0;
+    sfz_stop(a);
+    o.epoch_ms = SF_TWITTER_EPOCH_MS + D_MS;
+    int rc = sfz_start(&o, &b, &err);
+    if (rc == SFZ_OK) {
+        nb = one_id_per_ms(b, B_MS, ids_b);
+        sfz_stop(b);
+    }
+    qsort(ids_a, na, sizeof *ids_a, cmp_id);
+    size_t repeated = 0;
+    for (size_t i = 0; i < nb; i++)
+        repeated += bsearch(&ids_b[i], ids_a, na, sizeof *ids_a, cmp_id) != NULL;
+    free(ids_a);
+    free(ids_b);
+    ck_assert_msg(rc == SFZ_ERR_CLAIM, "a holder with epoch_ms %lld took over from one with "
+                  "%lld: %zu of its %zu ids repeat the first holder's (rc %d)",
+                  (long long)SF_TWITTER_EPOCH_MS + D_MS, (long long)SF_TWITTER_EPOCH_MS,
+                  repeated, nb, rc);
+    char first[64], second[64];
+    snprintf(first, sizeof first, "epoch_ms %lld", (long long)SF_TWITTER_EPOCH_MS);
+    snprintf(second, sizeof second, "epoch_ms %lld", (long long)SF_TWITTER_EPOCH_MS + D_MS);
+    ck_assert_msg(strstr(err.message, first) != NULL && strstr(err.message, second) != NULL,
+                  "\"%s\" does not name both epochs", err.message);
+}
+END_TEST
+
+/* ZooKeeper stops answering (a black hole: the connection stays open, nothing passes) under
+ * a serving handle, a renewal in flight: sfz_stop gives up on the last record after a
+ * third of the session timeout (the next holder waits out the reservation instead), and
+ * the ZooKeeper client then waits up to 1.5 s for the server to close the session. The
+ * slack covers a busy machine; without the bound it took 4.5 to 6 s on a 4 s session. */
+START_TEST(stop_is_bounded_while_zookeeper_is_silent)
+{
+    enum { T_MS = 4000, BOUND_MS = T_MS / 3 + 1500, SLACK_MS = 1000 };
+    int zk_port = atoi(strchr(zk.hosts, ':') + 1);
+    sf_test_proxy *px = sf_test_proxy_start(zk_port);
+    ck_assert_ptr_nonnull(px);
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", sf_test_proxy_port(px));
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, hosts, "/e-silent");
+    o.session_timeout_ms = T_MS;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    int64_t id;
+    ck_assert_msg(sfz_next_id(h, &id, &err) == SFZ_OK, "%s", err.message);
+    sf_test_proxy_set_mode(px, SF_PROXY_BLACKHOLE);
+    sf_test_sleep_ms(T_MS / 8 + 100); /* a renewal sent into the silence */
+    int64_t t0 = sf_test_boot_ms();
+    sfz_stop(h);
+    int64_t took = sf_test_boot_ms() - t0;
+    sf_test_proxy_stop(px);
+    fprintf(stderr, "sfz_stop took %" PRId64 " ms with ZooKeeper silent\n", took);
+    ck_assert_msg(took <= BOUND_MS + SLACK_MS, "sfz_stop took %" PRId64 " ms with ZooKeeper "
+                  "silent (bound %d ms)", took, BOUND_MS);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -904,6 +1248,10 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
     tcase_add_test(tc, live_peer_list_reads_only_changes);
+    tcase_add_test(tc, fork_child_is_refused_and_starts_its_own);
+    tcase_add_test(tc, stop_waits_for_a_call_inside);
+    tcase_add_test(tc, another_epoch_is_refused_naming_both);
+    tcase_add_test(tc, stop_is_bounded_while_zookeeper_is_silent);
     suite_add_tcase(s, tc);
     TCase *fleet = tcase_create("fleet");
     tcase_set_timeout(fleet, 120);
