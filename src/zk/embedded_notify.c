@@ -165,8 +165,11 @@ void sfz_notifier_stop(sfz_notifier *n)
         pthread_cond_signal(&n->cv);
         pthread_mutex_unlock(&n->mu);
         pthread_join(n->thread, NULL);
+        pthread_cond_destroy(&n->cv);
+        pthread_mutex_destroy(&n->mu);
     }
-    pthread_cond_destroy(&n->cv);
-    pthread_mutex_destroy(&n->mu);
+    /* In a child, the parent's thread may have been waiting on cv at the fork: glibc's
+     * pthread_cond_destroy would wait for that waiter, which does not exist here, for ever.
+     * Its memory is freed as it is. */
     free(n);
 }
