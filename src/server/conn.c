@@ -265,7 +265,9 @@ static bool sf_conn_update_interest(sf_thread *t, sf_conn *c)
 }
 
 /* Takes got[0..got_len) (bytes io_uring received) and reads once more (when do_read),
- * answers the complete frames buffered, sends the replies and keeps the remainder.
+ * answers the complete frames buffered, sends the replies and keeps the remainder. Bytes
+ * that are all there is (nothing held, nothing more to read) are answered in place, not
+ * copied to the scratch buffer first: the common io_uring call.
  * Closes the connection when it is finished or broken; returns false then. */
 bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
                    bool do_read)
@@ -274,22 +276,32 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
     for (;;) {
         size_t have = c->in_len;
         bool had_partial = have > 0;
-        if (have + got_len > t->scratch_cap) {
-            /* Input held back for backed-up output, and a receive queued before: rare. */
-            t->scratch_cap = have + got_len;
-            t->scratch = g_realloc(t->scratch, t->scratch_cap);
-        }
-        if (have > 0) {
-            memcpy(t->scratch, c->in, have);
-            g_free(c->in);
-            c->in = NULL;
-            c->in_len = 0;
-        }
-        if (got_len > 0) {
-            memcpy(t->scratch + have, got, got_len);
-            have += got_len;
+        const uint8_t *buf;
+        if (got_len > 0 && have == 0 && !do_read) {
+            /* All there is came in one receive (io_uring): answered where it landed. */
+            buf = got;
+            have = got_len;
             got_len = 0;
             c->last_active_ms = now;
+        } else {
+            if (have + got_len > t->scratch_cap) {
+                /* Input held back for backed-up output, and a receive queued before: rare. */
+                t->scratch_cap = have + got_len;
+                t->scratch = g_realloc(t->scratch, t->scratch_cap);
+            }
+            buf = t->scratch;
+            if (have > 0) {
+                memcpy(t->scratch, c->in, have);
+                g_free(c->in);
+                c->in = NULL;
+                c->in_len = 0;
+            }
+            if (got_len > 0) {
+                memcpy(t->scratch + have, got, got_len);
+                have += got_len;
+                got_len = 0;
+                c->last_active_ms = now;
+            }
         }
         if (do_read && !sf_loop_receiving(&c->io) && have < t->scratch_cap) {
             ssize_t n;
@@ -308,7 +320,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
             }
         }
         do_read = false;
-        ssize_t used = sf_conn_process(t, c, t->scratch, have);
+        ssize_t used = sf_conn_process(t, c, buf, have);
         if (used != 0 && sf_conn_withhold(t, c))
             return false;
         if (used < 0) {
@@ -318,7 +330,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
         }
         size_t left = have - (size_t)used;
         if (left > 0) {
-            c->in = g_memdup2(t->scratch + used, left);
+            c->in = g_memdup2(buf + used, left);
             c->in_len = left;
             if (used > 0 || !had_partial)
                 c->frame_start_ms = now;

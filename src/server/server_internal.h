@@ -82,7 +82,8 @@ struct sf_thread {
     sf_conn *conns;
     sf_conn *dead;         /* closed, freed after the event batch (and once no request of
                             * theirs is in flight: sf_loop_busy) */
-    uint8_t *scratch;      /* every read lands here first */
+    uint8_t *scratch;      /* input is gathered here (but a lone io_uring receive's bytes,
+                            * answered in its buffer) */
     size_t scratch_cap;
     SfFrameTransport *transport;
     ThriftProtocol *protocol;
