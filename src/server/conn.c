@@ -1,31 +1,18 @@
 /* conn.c -- one client connection: adopting the socket, its input and output buffers and
- * their limits (a connection whose output backs up is not read), answering the frames that
- * arrived, sending the replies, and closing. Which events it waits for it tells the loop
- * (loop.h); it never waits itself. */
+ * their limits (a connection whose output backs up is not read; a thread's replies waiting
+ * unsent stay within its output budget), answering the frames that arrived, sending the
+ * replies, and closing. The thread's loop (loop.h) calls it through the handlers it adds
+ * the socket with, and it tells the loop what to wait for; it never waits itself. */
 #define _GNU_SOURCE
 #include "server_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <netinet/tcp.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-
-#include "common/bindaddr.h"
 #include "common/clocks.h"
-#include "rpc/bounded_protocol.h"
-#include "loop.h"
 
 /* Books a change of c's unsent replies, from `before` bytes to what it holds now, in
  * the thread's total, and keeps the write-progress clock: once every byte that waited
@@ -52,10 +39,9 @@ void sf_conn_close(sf_thread *t, sf_conn *c)
 {
     t->out_total -= sf_conn_pending(c);
     atomic_store_explicit(&t->stats.output_buffered, t->out_total, memory_order_relaxed);
-    if (t->uring != NULL)
-        sf_loop_uring_forget(t, c);
-    close(c->fd);
-    c->fd = -1;
+    if (!sf_loop_remove(&t->loop, &c->io))
+        g_warning("cannot cancel io_uring requests of connection from %s: %s; it closes when "
+                  "they end", c->peer, g_strerror(errno));
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -72,15 +58,15 @@ void sf_conn_close(sf_thread *t, sf_conn *c)
     atomic_fetch_sub_explicit(&t->server->open_connections, 1, memory_order_relaxed);
 }
 
-/* Frees the connections closed during the last event batch, but on io_uring not those
- * with a request still in flight, whose completion names them; all of them when the ring
- * is gone (all = true). */
+/* Frees the connections closed during the last event batch, but not those with a request
+ * still in flight (io_uring), whose completion names them; all of them when the ring is
+ * gone (all = true). */
 void sf_thread_bury(sf_thread *t, bool all)
 {
     sf_conn **link = &t->dead;
     while (*link != NULL) {
         sf_conn *c = *link;
-        if (!all && (c->recv_queued || c->poll_queued)) {
+        if (!all && sf_loop_busy(&c->io)) {
             link = &c->next;
             continue;
         }
@@ -94,16 +80,43 @@ void sf_thread_bury(sf_thread *t, bool all)
 void sf_conn_abort(sf_thread *t, sf_conn *c)
 {
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    if (setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+    if (setsockopt(c->io.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
         g_debug("SO_LINGER on connection from %s failed: %s", c->peer, g_strerror(errno));
     sf_conn_close(t, c);
 }
+
+/* Keeps this thread's unsent replies within its share of max_output_buffer by closing
+ * the connections holding the most (the slowest readers), one rate-limited line. */
+static void sf_conn_enforce_budget(sf_thread *t)
+{
+    unsigned closed = 0;
+    size_t freed = 0;
+    while (t->out_total > t->out_budget) {
+        sf_conn *worst = NULL;
+        for (sf_conn *c = t->conns; c != NULL; c = c->next)
+            if (worst == NULL || sf_conn_pending(c) > sf_conn_pending(worst))
+                worst = c;
+        if (worst == NULL || sf_conn_pending(worst) == 0)
+            break;
+        freed += sf_conn_pending(worst);
+        sf_conn_abort(t, worst);
+        closed++;
+    }
+    if (closed == 0)
+        return;
+    sf_bump(&t->stats.output_budget_closes, closed);
+    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
+                          "replies waiting unsent passed max_output_buffer = %d bytes: closed "
+                          "the %u slowest reader(s), freeing %zu bytes",
+                          t->server->opts.max_output_buffer, closed, freed);
+}
+
+static const sf_loop_handlers sf_conn_handlers;
 
 /* Takes over an accepted socket: non-blocking, no Nagle delay, watched for input. */
 void sf_conn_adopt(sf_thread *t, int fd)
 {
     sf_conn *c = g_new0(sf_conn, 1);
-    c->fd = fd;
     struct sockaddr_storage addr;
     socklen_t alen = sizeof addr;
     char host[INET6_ADDRSTRLEN] = "?";
@@ -128,7 +141,7 @@ void sf_conn_adopt(sf_thread *t, int fd)
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
-    if (!sf_loop_add(t, c)) {
+    if (!sf_loop_add(&t->loop, &c->io, fd, &sf_conn_handlers, c)) {
         sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
                               "cannot watch connection from %s: %s", c->peer, g_strerror(errno));
         sf_conn_close(t, c);
@@ -142,7 +155,7 @@ void sf_conn_adopt(sf_thread *t, int fd)
 static bool sf_conn_write_pending(sf_conn *c)
 {
     while (c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+        ssize_t n = send(c->io.fd, c->out + c->out_off, c->out_len - c->out_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
@@ -173,7 +186,7 @@ static bool sf_conn_flush(sf_thread *t, sf_conn *c)
     bool ok = true;
     if (len > 0 && c->out_len == 0) {
         while (sent < len) {
-            ssize_t n = send(c->fd, reply + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t n = send(c->io.fd, reply + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0) {
                 if (errno == EINTR)
                     continue;
@@ -243,16 +256,18 @@ static bool sf_conn_withhold(sf_thread *t, sf_conn *c)
 
 /* Chooses what to wait for from the connection's state: input unless output is backed up
  * or the client is gone; room to send while output is pending. Returns false when c
- * was closed. */
-bool sf_conn_update_interest(sf_thread *t, sf_conn *c)
+ * was closed (the loop could not wait for it: see sf_conn_on_failed). */
+static bool sf_conn_update_interest(sf_thread *t, sf_conn *c)
 {
     size_t pending = c->out_len - c->out_off;
     bool want_in = !c->peer_closed && !c->draining && pending < SF_OUT_HIGH_WATER;
-    return sf_loop_watch(t, c, want_in, pending > 0);
+    return sf_loop_want(&t->loop, &c->io, want_in, pending > 0);
 }
 
 /* Takes got[0..got_len) (bytes io_uring received) and reads once more (when do_read),
- * answers the complete frames buffered, sends the replies and keeps the remainder.
+ * answers the complete frames buffered, sends the replies and keeps the remainder. Bytes
+ * that are all there is (nothing held, nothing more to read) are answered in place, not
+ * copied to the scratch buffer first: the common io_uring call.
  * Closes the connection when it is finished or broken; returns false then. */
 bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
                    bool do_read)
@@ -261,27 +276,37 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
     for (;;) {
         size_t have = c->in_len;
         bool had_partial = have > 0;
-        if (have + got_len > t->scratch_cap) {
-            /* Input held back for backed-up output, and a receive queued before: rare. */
-            t->scratch_cap = have + got_len;
-            t->scratch = g_realloc(t->scratch, t->scratch_cap);
-        }
-        if (have > 0) {
-            memcpy(t->scratch, c->in, have);
-            g_free(c->in);
-            c->in = NULL;
-            c->in_len = 0;
-        }
-        if (got_len > 0) {
-            memcpy(t->scratch + have, got, got_len);
-            have += got_len;
+        const uint8_t *buf;
+        if (got_len > 0 && have == 0 && !do_read) {
+            /* All there is came in one receive (io_uring): answered where it landed. */
+            buf = got;
+            have = got_len;
             got_len = 0;
             c->last_active_ms = now;
+        } else {
+            if (have + got_len > t->scratch_cap) {
+                /* Input held back for backed-up output, and a receive queued before: rare. */
+                t->scratch_cap = have + got_len;
+                t->scratch = g_realloc(t->scratch, t->scratch_cap);
+            }
+            buf = t->scratch;
+            if (have > 0) {
+                memcpy(t->scratch, c->in, have);
+                g_free(c->in);
+                c->in = NULL;
+                c->in_len = 0;
+            }
+            if (got_len > 0) {
+                memcpy(t->scratch + have, got, got_len);
+                have += got_len;
+                got_len = 0;
+                c->last_active_ms = now;
+            }
         }
-        if (do_read && !c->recv_queued && have < t->scratch_cap) {
+        if (do_read && !sf_loop_receiving(&c->io) && have < t->scratch_cap) {
             ssize_t n;
             do {
-                n = recv(c->fd, t->scratch + have, t->scratch_cap - have, MSG_DONTWAIT);
+                n = recv(c->io.fd, t->scratch + have, t->scratch_cap - have, MSG_DONTWAIT);
             } while (n < 0 && errno == EINTR);
             if (n > 0) {
                 have += (size_t)n;
@@ -295,7 +320,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
             }
         }
         do_read = false;
-        ssize_t used = sf_conn_process(t, c, t->scratch, have);
+        ssize_t used = sf_conn_process(t, c, buf, have);
         if (used != 0 && sf_conn_withhold(t, c))
             return false;
         if (used < 0) {
@@ -305,7 +330,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
         }
         size_t left = have - (size_t)used;
         if (left > 0) {
-            c->in = g_memdup2(t->scratch + used, left);
+            c->in = g_memdup2(buf + used, left);
             c->in_len = left;
             if (used > 0 || !had_partial)
                 c->frame_start_ms = now;
@@ -320,6 +345,13 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
         /* Frames held back for output that has now drained: answer them. */
         if (used > 0 && c->in_len >= 4 && pending < SF_OUT_HIGH_WATER)
             continue;
+        /* Replies left unsent count against the thread's budget: past it the slowest
+         * readers go, c perhaps among them. */
+        if (t->out_total > t->out_budget) {
+            sf_conn_enforce_budget(t);
+            if (c->io.fd < 0)
+                return false;
+        }
         if ((c->peer_closed || c->draining) && pending == 0) {
             if (c->peer_closed && c->in_len > 0) {
                 sf_server_log_limited(&t->server->cut_frame_log, G_LOG_LEVEL_MESSAGE,
@@ -336,7 +368,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
 
 /* Handles writability: sends pending output, then answers frames held back
  * while the output was backed up. Returns false when c was closed. */
-bool sf_conn_writable(sf_thread *t, sf_conn *c)
+static bool sf_conn_writable(sf_thread *t, sf_conn *c)
 {
     size_t before = sf_conn_pending(c);
     bool ok = sf_conn_write_pending(c);
@@ -354,3 +386,39 @@ bool sf_conn_writable(sf_thread *t, sf_conn *c)
     }
     return sf_conn_update_interest(t, c);
 }
+
+/* The loop's handlers for a connection's socket (owner: its thread; ctx: the connection).
+ * Input is answered, reading the socket on when the loop says more may wait there, or
+ * while the server drains (every byte that arrived is answered before the close). */
+static void sf_conn_on_input(void *owner, void *ctx, const uint8_t *got, size_t len,
+                             unsigned flags)
+{
+    sf_conn *c = ctx;
+    if (flags & SF_LOOP_EOF)
+        c->peer_closed = true;
+    sf_conn_serve(owner, c, got, len, (flags & SF_LOOP_READ) || c->draining);
+}
+
+static void sf_conn_on_writable(void *owner, void *ctx)
+{
+    sf_conn_writable(owner, ctx);
+}
+
+static void sf_conn_on_failed(void *owner, void *ctx, sf_loop_failure why, int err)
+{
+    sf_thread *t = owner;
+    sf_conn *c = ctx;
+    if (why == SF_LOOP_WANT_FAILED)
+        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+                              "cannot watch connection from %s: %s: %s", c->peer,
+                              sf_loop_backend(&t->loop), g_strerror(err));
+    else if (why == SF_LOOP_RECV_FAILED)
+        g_debug("read from %s failed: %s", c->peer, g_strerror(err));
+    sf_conn_close(t, c);
+}
+
+static const sf_loop_handlers sf_conn_handlers = {
+    .input = sf_conn_on_input,
+    .writable = sf_conn_on_writable,
+    .failed = sf_conn_on_failed,
+};

@@ -8,19 +8,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <netinet/tcp.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
 
 #include "common/bindaddr.h"
 #include "common/clocks.h"
@@ -34,8 +26,6 @@ void sf_server_note_listening(sf_server *s, bool listening)
     g_cond_broadcast(&s->listening_cond);
     g_mutex_unlock(&s->listening_lock);
 }
-
-char sf_tag_listener, sf_tag_wake;
 
 G_DEFINE_QUARK(sf-server-error-quark, sf_server_error)
 
@@ -66,7 +56,7 @@ void sf_server_set_listening(sf_server *s, bool listening)
     for (int i = 0; i < s->nthreads; i++) {
         uint64_t one = 1;
         sf_thread *t = &s->threads[i];
-        if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) != sizeof one)
+        if (t->wake.fd >= 0 && write(t->wake.fd, &one, sizeof one) != sizeof one)
             g_warning("cannot wake server thread %d: %s", i, g_strerror(errno));
     }
 }
@@ -216,8 +206,9 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
         sf_thread *t = &s->threads[i];
         t->server = s;
         t->index = i;
-        t->epfd = -1;
-        t->wake_fd = -1;
+        sf_loop_init(&t->loop, t, i);
+        t->wake.fd = -1;
+        t->listener.fd = -1;
         g_mutex_init(&t->queue_lock);
         t->queue = g_array_new(FALSE, FALSE, sizeof(int));
         t->scratch_cap = (size_t)opts->max_frame_size + 4 + SF_READ_SLACK;
@@ -247,13 +238,10 @@ static gboolean sf_server_make_rings(sf_server *s, GError **error)
         return TRUE;
     char why[160];
     for (int i = 0; i < s->nthreads; i++) {
-        s->threads[i].uring = sf_uring_new(why, sizeof why);
-        if (s->threads[i].uring != NULL)
+        if (sf_loop_make_ring(&s->threads[i].loop, why, sizeof why))
             continue;
-        for (int j = 0; j < i; j++) {
-            sf_uring_free(s->threads[j].uring);
-            s->threads[j].uring = NULL;
-        }
+        for (int j = 0; j < i; j++)
+            sf_loop_drop_ring(&s->threads[j].loop);
         if (s->opts.event_loop == SF_SERVER_LOOP_IO_URING) {
             g_set_error(error, SF_SERVER_ERROR, 0,
                         "event_loop = io_uring, but io_uring is unavailable: %s (set "
@@ -276,24 +264,12 @@ gboolean sf_server_start(sf_server *s, GError **error)
         return FALSE;
     for (int i = 0; i < s->nthreads; i++) {
         sf_thread *t = &s->threads[i];
-        t->epfd = epoll_create1(EPOLL_CLOEXEC);
-        t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (t->epfd < 0 || t->wake_fd < 0) {
-            g_set_error(error, SF_SERVER_ERROR, 0, "cannot create an event loop: %s",
-                        g_strerror(errno));
+        if (!sf_thread_open(t, error))
             return FALSE;
-        }
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_wake};
-        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) != 0 ||
-            (i == 0 && s->listening && (ev.data.ptr = &sf_tag_listener,
-                        epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0))) {
-            g_set_error(error, SF_SERVER_ERROR, 0, "epoll_ctl failed: %s", g_strerror(errno));
-            return FALSE;
-        }
         t->scratch = g_malloc(t->scratch_cap);
     }
     s->started = true;
-    const char *loop = s->threads[0].uring != NULL ? "io_uring" : "epoll";
+    const char *loop = sf_loop_backend(&s->threads[0].loop);
     for (int i = 0; i < s->nthreads; i++) {
         sf_thread *t = &s->threads[i];
         int rc = pthread_create(&t->tid, NULL, sf_thread_main, t);
@@ -319,7 +295,7 @@ void sf_server_stop(sf_server *s, int timeout_ms)
     for (int i = 0; i < s->nthreads; i++) {
         uint64_t one = 1;
         sf_thread *t = &s->threads[i];
-        if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) != sizeof one)
+        if (t->wake.fd >= 0 && write(t->wake.fd, &one, sizeof one) != sizeof one)
             g_warning("cannot wake server thread %d: %s", i, g_strerror(errno));
     }
     for (int i = 0; i < s->nthreads; i++) {
@@ -348,11 +324,9 @@ void sf_server_free(sf_server *s)
         }
         g_array_free(t->queue, TRUE);
         g_mutex_clear(&t->queue_lock);
-        sf_uring_free(t->uring); /* made, but its thread never started */
-        if (t->epfd >= 0)
-            close(t->epfd);
-        if (t->wake_fd >= 0)
-            close(t->wake_fd);
+        sf_loop_free(&t->loop); /* and a ring made for a thread never started */
+        if (t->wake.fd >= 0)
+            close(t->wake.fd);
         g_free(t->scratch);
         g_object_unref(t->protocol);
         g_object_unref(t->transport);

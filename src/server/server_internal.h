@@ -1,12 +1,12 @@
 /* server_internal.h -- what the server's files share and nothing outside src/server/ sees:
  * the server, its threads and their connections, and the calls between the parts:
  *   server.c       start and stop: binding, descriptor limits, threads, statistics;
- *   thread.c       a thread's loop: accepting and its back-off, timeouts, the output
- *                  budget, drain, taking the port back;
- *   conn.c         a connection: its buffers and limits, reading, answering and sending;
- *   loop.h         the one interface to how a thread waits, with two backends behind it:
- *                  loop_epoll.c and loop_uring.c.
- * The public interface is server.h. */
+ *   thread.c       a thread's loop: accepting and its back-off, timeouts, drain, taking
+ *                  the port back;
+ *   conn.c         a connection: its buffers and limits (the output budget among them),
+ *                  reading, answering and sending, and the handlers its loop calls.
+ * Below them, and knowing none of them, the loop (loop.h, with two backends: loop_epoll.c
+ * and loop_uring.c) calls the handlers it was given. The public interface is server.h. */
 #ifndef SF_SERVER_INTERNAL_H
 #define SF_SERVER_INTERNAL_H
 
@@ -21,8 +21,8 @@
 
 #include "server.h"
 #include "frame_transport.h"
+#include "loop.h"
 #include "ratelog.h"
-#include "uring.h"
 
 /* Pending output above which a connection is not read until it drains: a
  * client that pipelines without reading cannot make us buffer more. */
@@ -31,7 +31,6 @@
 #define SF_READ_SLACK (64 * 1024)
 /* How often timeouts are checked, and the longest an idle loop sleeps. */
 #define SF_TICK_MS 50
-#define SF_MAX_EVENTS 128
 #define SF_LISTEN_BACKLOG 1024
 /* How often a failure to listen again (the port taken meanwhile) is retried and logged. */
 #define SF_LISTEN_RETRY_LOG_MS 5000
@@ -43,21 +42,11 @@
 
 typedef struct sf_thread sf_thread;
 
-/* What a thread's io_uring requests are for (sf_uring_event.kind). */
-enum {
-    SF_OP_RECV = 1,     /* a connection's receive */
-    SF_OP_WRITABLE = 2, /* a poll for room to send a connection's replies */
-    SF_OP_EVENTS = 3,   /* a poll of the thread's epoll instance: listener, wake-up */
-};
-
 /* One client connection, owned by one thread. Idle, it holds no buffers. */
 typedef struct sf_conn {
-    int fd;
+    sf_loop_fd io;      /* the socket (io.fd) as its loop holds it */
     bool peer_closed;   /* the client sent FIN: answer what arrived, then close */
     bool draining;      /* the server is stopping: flush, then close */
-    uint32_t events;    /* the epoll interest currently registered */
-    bool recv_queued;   /* io_uring: a receive is in flight (c stays allocated until it ends) */
-    bool poll_queued;   /* io_uring: a writability poll is in flight (likewise) */
     uint8_t *in;        /* input not processed yet: a partial frame, or frames held back */
     size_t in_len;
     uint8_t *out;       /* replies not written yet */
@@ -80,19 +69,21 @@ typedef struct sf_thread_stats {
 } sf_thread_stats;
 
 struct sf_thread {
+    sf_loop loop;          /* on io_uring when it has a ring, else on epoll; first, so that
+                            * &t->loop costs nothing on the per-call path */
     sf_server *server;
     int index;
     pthread_t tid;
     bool started;
-    int epfd;
-    sf_uring *uring;       /* this thread's io_uring; NULL = it runs on epoll */
-    int wake_fd;           /* eventfd: new connections queued, or stop */
+    sf_loop_fd wake;       /* an eventfd (wake.fd): new connections queued, or stop */
+    sf_loop_fd listener;   /* thread 0: the listening socket, while watched */
     GMutex queue_lock;
     GArray *queue;         /* accepted fds handed to this thread */
     sf_conn *conns;
-    sf_conn *dead;         /* closed, freed after the event batch (and, on io_uring, once
-                            * no request of theirs is in flight) */
-    uint8_t *scratch;      /* every read lands here first */
+    sf_conn *dead;         /* closed, freed after the event batch (and once no request of
+                            * theirs is in flight: sf_loop_busy) */
+    uint8_t *scratch;      /* input is gathered here (but a lone io_uring receive's bytes,
+                            * answered in its buffer) */
     size_t scratch_cap;
     SfFrameTransport *transport;
     ThriftProtocol *protocol;
@@ -133,10 +124,6 @@ struct sf_server {
     bool started, stopped;
 };
 
-/* The thread's epoll instance holds the listener and the wake-up eventfd under these tags,
- * on either backend; a connection's tag is its sf_conn. */
-extern char sf_tag_listener, sf_tag_wake;
-
 /* Adds n to a counter only its own thread writes: no locked instruction. */
 static inline void sf_bump(atomic_uint_fast64_t *c, uint64_t n)
 {
@@ -157,9 +144,8 @@ void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt
 int sf_server_bind(sf_server *s, GError **error);
 
 /* thread.c */
-void sf_thread_accept(sf_thread *t);
-void sf_thread_take_queue(sf_thread *t);
-void sf_thread_enforce_budget(sf_thread *t);
+/* Opens the thread's loop and its wake-up, and (thread 0) watches the listener. */
+gboolean sf_thread_open(sf_thread *t, GError **error);
 void *sf_thread_main(void *arg);
 
 /* conn.c */
@@ -167,9 +153,7 @@ void sf_conn_close(sf_thread *t, sf_conn *c);
 void sf_thread_bury(sf_thread *t, bool all);
 void sf_conn_abort(sf_thread *t, sf_conn *c);
 void sf_conn_adopt(sf_thread *t, int fd);
-bool sf_conn_update_interest(sf_thread *t, sf_conn *c);
 bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
                    bool do_read);
-bool sf_conn_writable(sf_thread *t, sf_conn *c);
 
 #endif /* SF_SERVER_INTERNAL_H */

@@ -1,31 +1,18 @@
-/* thread.c -- one server thread's loop: turns of its event loop (loop.h), then what is
- * timed: accepting and its back-off when descriptors run out, frame and write timeouts, the
- * output budget, dropping every connection when told, a graceful drain, and (thread 0) giving
- * up and taking back the port. Knows connections only through conn.c. */
+/* thread.c -- one server thread: turns of its event loop (loop.h), whose listener and
+ * wake-up handlers accept and hand over connections, then what is timed: the accept back-off
+ * when descriptors run out, frame and write timeouts, dropping every connection when told, a
+ * graceful drain, and (thread 0) giving up and taking back the port. Knows connections only
+ * through conn.c. */
 #define _GNU_SOURCE
 #include "server_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <netinet/tcp.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <thrift/c_glib/protocol/thrift_binary_protocol.h>
-
-#include "common/bindaddr.h"
 #include "common/clocks.h"
-#include "rpc/bounded_protocol.h"
-#include "loop.h"
 
 /* Counts a refused connection and logs refusals at most once a second, with how many
  * (thread 0 alone accepts, so its count is the total). */
@@ -58,20 +45,21 @@ static void sf_thread_accept_exhausted(sf_thread *t, int err)
             close(fd);
         s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL) != 0)
+    if (!sf_loop_remove_ready(&t->loop, &t->listener))
         g_warning("cannot pause the listener on port %d: %s", s->port, g_strerror(errno));
     s->listen_paused = true;
     s->accept_resume_ms = sf_clocks_coarse_ms() + SF_ACCEPT_BACKOFF_MS;
 }
 
-/* Puts the listener back into epoll once its back-off is over (thread 0). */
+static void sf_thread_accept(void *owner);
+
+/* Watches the listener again once its back-off is over (thread 0). */
 static void sf_thread_resume_accept(sf_thread *t, int64_t now)
 {
     sf_server *s = t->server;
     if (!s->listen_paused || now < s->accept_resume_ms || s->listen_fd < 0 || !s->listening)
         return;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
-    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+    if (!sf_loop_add_ready(&t->loop, &t->listener, s->listen_fd, sf_thread_accept)) {
         g_warning("cannot watch the listener on port %d again: %s", s->port, g_strerror(errno));
         s->accept_resume_ms = now + SF_ACCEPT_BACKOFF_MS;
         return;
@@ -79,10 +67,11 @@ static void sf_thread_resume_accept(sf_thread *t, int64_t now)
     s->listen_paused = false;
 }
 
-/* Accepts waiting connections (thread 0 owns the listener) and deals them
- * round robin to the threads. */
-void sf_thread_accept(sf_thread *t)
+/* The listener is ready: accepts waiting connections (thread 0 owns the listener) and deals
+ * them round robin to the threads. */
+static void sf_thread_accept(void *owner)
 {
+    sf_thread *t = owner;
     sf_server *s = t->server;
     for (int i = 0; i < 64 && atomic_load(&s->want_listening); i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -112,16 +101,17 @@ void sf_thread_accept(sf_thread *t)
         g_array_append_val(target->queue, fd);
         g_mutex_unlock(&target->queue_lock);
         uint64_t one = 1;
-        if (write(target->wake_fd, &one, sizeof one) != sizeof one)
+        if (write(target->wake.fd, &one, sizeof one) != sizeof one)
             g_warning("cannot wake server thread %d: %s", target->index, g_strerror(errno));
     }
 }
 
-/* Takes the connections other threads queued for this one. */
-void sf_thread_take_queue(sf_thread *t)
+/* The wake-up is ready: takes the connections other threads queued for this one. */
+static void sf_thread_take_queue(void *owner)
 {
+    sf_thread *t = owner;
     uint64_t count;
-    if (read(t->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+    if (read(t->wake.fd, &count, sizeof count) < 0 && errno != EAGAIN)
         g_debug("reading the wake-up counter failed: %s", g_strerror(errno));
     g_mutex_lock(&t->queue_lock);
     GArray *q = t->queue;
@@ -177,32 +167,6 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
     }
 }
 
-/* Keeps this thread's unsent replies within its share of max_output_buffer by closing
- * the connections holding the most (the slowest readers), one rate-limited line. */
-void sf_thread_enforce_budget(sf_thread *t)
-{
-    unsigned closed = 0;
-    size_t freed = 0;
-    while (t->out_total > t->out_budget) {
-        sf_conn *worst = NULL;
-        for (sf_conn *c = t->conns; c != NULL; c = c->next)
-            if (worst == NULL || sf_conn_pending(c) > sf_conn_pending(worst))
-                worst = c;
-        if (worst == NULL || sf_conn_pending(worst) == 0)
-            break;
-        freed += sf_conn_pending(worst);
-        sf_conn_abort(t, worst);
-        closed++;
-    }
-    if (closed == 0)
-        return;
-    sf_bump(&t->stats.output_budget_closes, closed);
-    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
-                          "replies waiting unsent passed max_output_buffer = %d bytes: closed "
-                          "the %u slowest reader(s), freeing %zu bytes",
-                          t->server->opts.max_output_buffer, closed, freed);
-}
-
 /* Begins a graceful stop on this thread: answers what has arrived and
  * leaves only connections with output still to send. */
 static void sf_thread_begin_drain(sf_thread *t)
@@ -210,7 +174,7 @@ static void sf_thread_begin_drain(sf_thread *t)
     sf_server *s = t->server;
     if (t->index == 0 && s->listen_fd >= 0) {
         if (s->listening)
-            epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+            sf_loop_remove_ready(&t->loop, &t->listener);
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
@@ -223,7 +187,7 @@ static void sf_thread_begin_drain(sf_thread *t)
         /* On io_uring, bytes may wait in the receive in flight: reading the socket now
          * could answer later bytes before them. Its completion (data, or cancelled)
          * serves the connection instead. */
-        if (t->uring != NULL && sf_loop_uring_cancel_recv(t, c))
+        if (sf_loop_cancel_input(&t->loop, &c->io))
             continue;
         sf_conn_serve(t, c, NULL, 0, true);
     }
@@ -264,7 +228,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
     if (want == s->listening && (want || s->listen_fd >= 0))
         return;
     if (!want && s->listening) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        sf_loop_remove_ready(&t->loop, &t->listener);
         close(s->listen_fd);
         s->listen_fd = -1;
         s->listening = false;
@@ -283,9 +247,8 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
     }
     if (!want)
         return;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sf_tag_listener};
     if (listen(s->listen_fd, SF_LISTEN_BACKLOG) != 0 ||
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        !sf_loop_add_ready(&t->loop, &t->listener, s->listen_fd, sf_thread_accept)) {
         char *msg = g_strdup_printf("cannot listen on %s:%d again: %s (has another process "
                                     "taken the port?)", s->bind_address, s->port,
                                     g_strerror(errno));
@@ -300,19 +263,41 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
     sf_server_note_listening(s, true);
 }
 
+/* Before the thread starts: its loop, its wake-up and (thread 0, when listening at start)
+ * the listener, so that nothing arriving meanwhile is missed. */
+gboolean sf_thread_open(sf_thread *t, GError **error)
+{
+    sf_server *s = t->server;
+    int wake_fd = -1;
+    if (!sf_loop_open(&t->loop) || (wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "cannot create an event loop: %s",
+                    g_strerror(errno));
+        return FALSE;
+    }
+    if (!sf_loop_add_ready(&t->loop, &t->wake, wake_fd, sf_thread_take_queue) ||
+        (t->index == 0 && s->listening &&
+         !sf_loop_add_ready(&t->loop, &t->listener, s->listen_fd, sf_thread_accept))) {
+        g_set_error(error, SF_SERVER_ERROR, 0, "epoll_ctl failed: %s", g_strerror(errno));
+        if (t->wake.fd < 0)
+            close(wake_fd);
+        return FALSE;
+    }
+    return TRUE;
+}
+
 /* One event loop: accept (thread 0), read, answer, write, time out. */
 void *sf_thread_main(void *arg)
 {
     sf_thread *t = arg;
     sf_server *s = t->server;
     bool draining = false;
-    if (t->uring != NULL)
-        sf_loop_uring_start(t);
+    sf_loop_start(&t->loop);
     t->last_tick_ms = sf_clocks_coarse_ms();
     for (;;) {
-        if (!sf_loop_turn(t, draining))
+        if (!sf_loop_turn(&t->loop, SF_TICK_MS))
             break;
-        sf_thread_bury(t, false);
+        if (t->dead != NULL)
+            sf_thread_bury(t, false);
         int64_t now = sf_clocks_coarse_ms();
         if (!draining && atomic_load(&s->stopping)) {
             draining = true;
@@ -334,8 +319,7 @@ void *sf_thread_main(void *arg)
     }
     while (t->conns != NULL)
         sf_conn_close(t, t->conns);
-    if (t->uring != NULL)
-        sf_loop_uring_close(t);
+    sf_loop_drop_ring(&t->loop);
     sf_thread_bury(t, true);
     return NULL;
 }

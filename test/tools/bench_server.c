@@ -12,7 +12,9 @@
  *   get_ids  the same with get_ids(--count): ids/s
  *   idle     open C connections, take one id on each, hold them for T seconds
  *
- * Closed loop (the default), each reply sends the next request at once. Open loop
+ * Closed loop (the default), each reply sends the next request at once; --calls N ends the
+ * run once N requests have been answered, so that the server serves an exact number of
+ * calls (to count its instructions per call under callgrind, say). Open loop
  * (--rate R), requests are due on a fixed schedule, R per second over all connections,
  * each sent on an idle connection; its latency counts from when it was due, so a slow
  * reply that holds up the requests behind it is counted in full (no coordinated
@@ -72,6 +74,7 @@ typedef struct bench_options {
     bench_mode mode;
     int count; /* ids per get_ids call */
     long rate; /* open loop: requests due per second; 0 = closed loop */
+    long calls; /* closed loop: requests to send in all, then stop; 0 = until the time is up */
 } bench_options;
 
 typedef enum { CONN_CONNECTING, CONN_READY, CONN_WAITING, CONN_CLOSED } conn_state;
@@ -125,6 +128,7 @@ typedef struct bench_state {
     bench_hist hist;
     bench_stats stats;
     bool sending; /* false once the measuring window has closed */
+    uint64_t started; /* requests whose sending began */
     /* open loop */
     int64_t next_due_ns;  /* when the next request is due */
     int64_t interval_ns;  /* between two requests' due times */
@@ -391,8 +395,10 @@ static bool conn_watch(bench_state *st, bench_conn *c, uint32_t events)
  * which loopback almost never produces for a request this small. */
 static void conn_send(bench_state *st, bench_conn *c)
 {
-    if (c->sent == 0)
+    if (c->sent == 0) {
         c->sent_at_ns = load_now_ns();
+        st->started++;
+    }
     while (c->sent < st->request_len) {
         ssize_t n = send(c->fd, st->request + c->sent, st->request_len - c->sent, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
@@ -455,7 +461,8 @@ static void conn_reply(bench_state *st, bench_conn *c, int64_t now)
     c->sent = 0;
     c->in_len = 0;
     if (st->sending && st->opt.rate == 0) {
-        conn_send(st, c);
+        if (st->opt.calls == 0 || st->started < (uint64_t)st->opt.calls)
+            conn_send(st, c);
     } else if (st->sending) {
         st->idle[st->nidle++] = c;
         open_loop_dispatch(st, load_now_ns());
@@ -644,14 +651,16 @@ static void run_load(bench_state *st, int64_t *elapsed_ns)
     int64_t end = start + (int64_t)(st->opt.seconds * 1e9);
     if (st->opt.rate == 0) {
         for (int i = 0; i < st->opt.connections; i++)
-            conn_send(st, &st->conns[i]);
+            if (st->opt.calls == 0 || st->started < (uint64_t)st->opt.calls)
+                conn_send(st, &st->conns[i]);
     } else {
         st->interval_ns = 1000000000LL / st->opt.rate;
         st->next_due_ns = start;
         for (int i = st->opt.connections - 1; i >= 0; i--)
             st->idle[st->nidle++] = &st->conns[i];
     }
-    while (!load_stop_requested && load_now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections) {
+    while (!load_stop_requested && load_now_ns() < end && count_state(st, CONN_CLOSED) < st->opt.connections &&
+           (st->opt.calls == 0 || st->stats.replies < (uint64_t)st->opt.calls)) {
         int64_t wait = ns_until(end);
         if (st->opt.rate != 0) {
             open_loop_dispatch(st, load_now_ns());
@@ -722,7 +731,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_server --port N [--host ADDR] [--connections C] [--seconds T]\n"
-            "                    [--mode get_id|get_ids|idle] [--count N] [--rate R]\n"
+            "                    [--mode get_id|get_ids|idle] [--count N] [--rate R | --calls N]\n"
             "  --host         server address (default 127.0.0.1)\n"
             "  --port         server port, 1..65535 (required)\n"
             "  --connections  concurrent connections, 1..1000000 (default 1)\n"
@@ -731,7 +740,9 @@ static void usage(FILE *out)
             "  --count        ids per get_ids call, 1..1000000 (default 1000)\n"
             "  --rate         open loop: R requests due per second over all connections,\n"
             "                 latency counted from when each was due, 1..100000000\n"
-            "                 (default: closed loop, each reply sends the next request)\n");
+            "                 (default: closed loop, each reply sends the next request)\n"
+            "  --calls        closed loop: stop once N requests are answered, or the time is\n"
+            "                 up, whichever comes first, 1..1000000000 (default: the time)\n");
 }
 
 /* Parses a whole decimal integer in [min, max]; false otherwise. */
@@ -754,6 +765,7 @@ static void parse_options(int argc, char **argv, bench_options *opt)
         {"connections", required_argument, NULL, 'c'},
         {"seconds", required_argument, NULL, 's'}, {"mode", required_argument, NULL, 'm'},
         {"count", required_argument, NULL, 'n'}, {"rate", required_argument, NULL, 'r'},
+        {"calls", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'H'},
         {NULL, 0, NULL, 0}};
     *opt = (bench_options){.host = "127.0.0.1", .port = 0, .connections = 1, .seconds = 5,
@@ -815,6 +827,12 @@ static void parse_options(int argc, char **argv, bench_options *opt)
                 exit(2);
             }
             break;
+        case 'C':
+            if (!parse_long(optarg, 1, 1000000000, &opt->calls)) {
+                fprintf(stderr, "bench_server: --calls %s: expected 1..1000000000\n", optarg);
+                exit(2);
+            }
+            break;
         case 'H':
             usage(stdout);
             exit(0);
@@ -822,6 +840,11 @@ static void parse_options(int argc, char **argv, bench_options *opt)
             usage(stderr);
             exit(2);
         }
+    }
+    if (opt->calls != 0 && opt->rate != 0) {
+        fprintf(stderr, "bench_server: --calls counts a closed loop's requests; it cannot go "
+                        "with --rate\n");
+        exit(2);
     }
     if (optind != argc || opt->port == 0) {
         fprintf(stderr, "bench_server: %s\n",

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """test_layout.py -- holds src/ to its layout: no file over 600 lines, each file opening
 with a comment that names it, no include cycle between modules (x.c, x.h and x_internal.h
-are one module), and the folders layered: lib below common, common below zk and rpc, rpc
-below the client library, those below the programs. Prints every breach and exits 1 on any."""
+are one module), the folders layered (lib below common, common below zk and rpc, rpc below
+the client library, those below the programs), and inside a folder the parts that must not
+know what is built on them: each includes only the modules listed for it and names nothing
+the folder's other headers declare. Prints every breach and exits 1 on any."""
 import os
 import re
 import sys
@@ -18,6 +20,17 @@ LAYERS = {
     "client": {"lib", "common", "rpc"},
     "cli": {"lib", "common", "rpc", "client"},
 }
+# Inside a folder: a module listed here may include only the modules listed for it, and may
+# name (sf_...) nothing declared only in the folder's other headers, so that it cannot call
+# up even through a prototype of its own. The server's event loop calls the handlers it is
+# given, as Redis's ae.c does: it never names the connections or threads it serves.
+BELOW = {
+    "server/uring": set(),
+    "server/loop": {"server/uring"},
+    "server/loop_epoll": {"server/loop"},
+    "server/loop_uring": {"server/loop", "server/uring"},
+}
+NAME = re.compile(r"\bsf_\w+", re.I)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -39,6 +52,33 @@ def resolve(src, rel, inc):
 def module(rel):
     """x.c, x.h and x_internal.h (x's private half) are one module."""
     return re.sub(r"_internal$", "", os.path.splitext(rel)[0])
+
+
+def check_below(src, texts, includes):
+    """Breaches of BELOW: includes beyond the modules allowed, and names that only the
+    folder's other headers declare."""
+    problems = []
+    for rel, text in sorted(texts.items()):
+        mod = module(rel)
+        if mod not in BELOW:
+            continue
+        allowed = BELOW[mod] | {mod}
+        for target in includes[rel]:
+            if module(target) not in allowed:
+                problems.append(f"src/{rel}: includes src/{target}; {mod} may include only "
+                                f"{', '.join(sorted(BELOW[mod])) or 'nothing of its folder'}")
+        folder = os.path.dirname(rel)
+        own, others = set(), set()
+        for hrel, htext in texts.items():
+            if not hrel.endswith(".h") or os.path.dirname(hrel) != folder:
+                continue
+            names = set(NAME.findall(htext))
+            (own if module(hrel) in allowed else others).update(names)
+        foreign = sorted((set(NAME.findall(text)) & others) - own)
+        if foreign:
+            problems.append(f"src/{rel}: names {', '.join(foreign[:5])}, which only other "
+                            f"headers of {folder}/ declare; {mod} must not know them")
+    return problems
 
 
 def find_cycle(graph):
@@ -69,9 +109,11 @@ def find_cycle(graph):
 def main():
     top = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("top_srcdir", ".")
     src = os.path.join(top, "src")
-    problems, graph = [], {}
+    problems, graph, texts, includes = [], {}, {}, {}
     for rel in sources(src):
         text = open(os.path.join(src, rel), encoding="utf-8").read()
+        texts[rel] = text
+        includes[rel] = []
         lines = text.count("\n")
         if lines > MAX_LINES:
             problems.append(f"src/{rel}: {lines} lines, more than {MAX_LINES}")
@@ -85,12 +127,14 @@ def main():
             target = resolve(src, rel, inc)
             if target is None:
                 continue
+            includes[rel].append(target)
             tfolder = target.split(os.sep)[0] if os.sep in target else "."
             if tfolder != folder and tfolder not in LAYERS.get(folder, set()):
                 problems.append(f"src/{rel}: includes src/{target}, but {folder}/ may only use "
                                 f"{', '.join(sorted(LAYERS.get(folder, ()))) or 'nothing'}")
             if module(target) != module(rel):
                 graph.setdefault(module(rel), set()).add(module(target))
+    problems += check_below(src, texts, includes)
     cycle = find_cycle(graph)
     if cycle:
         problems.append("include cycle between modules: " + " -> ".join(cycle))
