@@ -153,7 +153,10 @@ i=0; while [ ! -s "$tmp/full.port" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i +
 port=$(cat "$tmp/full.port")
 out=$(timeout 20 "$cli" --port "$port" --timeout-ms 300 info 2>&1); rc=$?
 check "full accept queue exit" "3" "$rc"
-check "full accept queue says no answer" "cannot connect to 127.0.0.1:$port: no answer within 300 ms" "$out"
+# The call's bound is 300 ms; the connect's own figure is what was left of it when the try
+# began (a millisecond less on a busy machine).
+check "full accept queue says no answer" "cannot connect to 127.0.0.1:$port: no answer within" "$out"
+check "full accept queue names the bound" "within 300 ms" "$out"
 
 echo "test_cli_rpc: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
