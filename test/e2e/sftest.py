@@ -3,6 +3,7 @@ real snowflaked on a free loopback port, talk to it through the Python client
 generated from thrift/snowflake.thrift, and count passes and failures."""
 import atexit
 import os
+import random
 import re
 import shlex
 import signal
@@ -69,10 +70,24 @@ def require_zookeeper_client():
 
 
 def free_port():
-    """A loopback port that was free a moment ago (for the admin listener)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free a moment ago (for a listener the test names), taken below the
+    kernel's ephemeral range: a port picked there and released could be handed out again by
+    the kernel, to a listener on port 0 (snowflaked's own Thrift port) or to an outgoing
+    connection, before the listener it was picked for binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randint(10000, low - 1) if low > 10001 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise AssertionError("no free loopback port found below %d" % low)
 
 
 def clean_env(extra=None):
