@@ -554,12 +554,16 @@ def status_page_in_trouble():
             print("   shown: %r, %r; nothing moved: %s" % (state, reason, after))
             # Opened afresh during the incident: the node's last minutes are there at once.
             b.open(url)
-            points = b.wait("%s.startsWith('not serving') && "
-                            "document.getElementById('line').getAttribute('points')" % text_of("state"),
-                            "the chart drawn on a fresh load").split()
-            assert len(points) >= 5, "the chart has %d points on a fresh load" % len(points)
-            assert b.eval("document.querySelectorAll('#fenced rect').length") > 0, \
-                "the time not served is not marked"
+            # At least five samples: the node samples once a second, and may have been up for
+            # less than that when ZooKeeper went; the page redraws each second.
+            line = "(document.getElementById('line').getAttribute('points') || '')"
+            points = b.wait("%s.startsWith('not serving') && %s.split(' ').length >= 5 && %s"
+                            % (text_of("state"), line, line),
+                            "the chart drawn with five samples on a fresh load").split()
+            # The node samples once a second: the first sample not served may come after the
+            # state did, and the page draws it at its next refresh.
+            b.wait("document.querySelectorAll('#fenced rect').length > 0",
+                   "the time not served marked")
             rates = [float(p.split(",")[1]) for p in points]
             assert min(rates) < max(rates), "the load before the outage does not show: %s" % rates
             shot(b, "status-page-in-trouble.png")
