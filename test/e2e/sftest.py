@@ -3,7 +3,6 @@ real snowflaked on a free loopback port, talk to it through the Python client
 generated from thrift/snowflake.thrift, and count passes and failures."""
 import atexit
 import os
-import random
 import re
 import shlex
 import signal
@@ -30,6 +29,8 @@ SKIP = 77  # automake's exit status for a skipped test
 PATIENCE = 60.0
 
 sys.path.insert(0, os.path.join(TOP_BUILDDIR, "thrift", "gen-py"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from free_port import free_port  # noqa: E402,F401  (the tests and zk-server.sh share it)
 from snowflake_thrift import Snowflake  # noqa: E402  (generated at build time)
 from snowflake_thrift.ttypes import (  # noqa: E402,F401
     InvalidRequestError, InvalidSystemClock, InvalidUserAgentError, ServiceUnavailable)
@@ -67,27 +68,6 @@ def require_zookeeper_client():
     except ImportError:
         print("python3-kazoo is not installed: apt-get install python3-kazoo")
         raise SystemExit(1)
-
-
-def free_port():
-    """A loopback port free a moment ago (for a listener the test names), taken below the
-    kernel's ephemeral range: a port picked there and released could be handed out again by
-    the kernel, to a listener on port 0 (snowflaked's own Thrift port) or to an outgoing
-    connection, before the listener it was picked for binds it."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(200):
-        port = random.randint(10000, low - 1) if low > 10001 else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise AssertionError("no free loopback port found below %d" % low)
 
 
 def clean_env(extra=None):

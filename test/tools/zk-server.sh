@@ -65,27 +65,9 @@ except OSError:
 PY
 }
 
-# A free port below the kernel's ephemeral range: one picked there and released could be
-# handed out again to a listener on port 0 or an outgoing connection before ZooKeeper binds it.
+# A free port below the kernel's ephemeral range (see free_port.py beside this script).
 free_port() {
-  python3 - <<'PY'
-import random, socket
-try:
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    low = 32768
-for _ in range(200):
-    port = random.randint(10000, low - 1) if low > 10001 else 0
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        print(s.getsockname()[1])
-        break
-else:
-    raise SystemExit("no free loopback port found below %d" % low)
-PY
+  python3 "$(dirname "$0")/free_port.py"
 }
 
 stop() {
