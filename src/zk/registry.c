@@ -8,6 +8,13 @@
  * CONNECTING (registry_session.c), claims while CLAIMING (registry_claim.c), waits for the
  * recorded timestamp (registry_lease.c) and the first lease while WAITING_FLOOR, renews the
  * lease while SERVING (registry_renew.c), and schedules the next try while FENCED.
+ *
+ * The parts call down, never up into this file: what they all share sits below them and calls
+ * none of them (registry_nodes.c: names, ACL, reads; registry_wait.c: the waits; registry_log.c;
+ * registry_batch.c), the worker node below both kinds of claim (registry_worker.c), and the
+ * parts reach the state machine only through its input, sf_reg_step, with the events their
+ * ZooKeeper completions bring. registry_paths.c, the claim over several paths, sits above the
+ * registry and uses only its public calls.
  * The registry knows nothing of sockets: peers are queried through the caller's callback. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
@@ -27,17 +34,6 @@
 void sf_registry_set_client_logging(bool verbose)
 {
     zoo_set_debug_level(verbose ? ZOO_LOG_LEVEL_WARN : (ZooLogLevel)0);
-}
-
-char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
-{
-    if (s)
-        return strdup(s);
-    size_t n = strlen(path) + strlen(suffix) + 1;
-    char *out = malloc(n);
-    if (out)
-        snprintf(out, n, "%s%s", path, suffix);
-    return out;
 }
 
 sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t errlen)

@@ -199,36 +199,42 @@ struct sf_registry {
     int unwatching;          /* requests to drop our watches not yet answered */
 };
 
-/* registry.c: "<path><suffix>", or a copy of s when it is not NULL (NULL when out of memory). */
+/* The parts below call none of the others: every other part may use them.
+ *
+ * registry_nodes.c: names and plain reads. sf_reg_dup_or_derive: "<path><suffix>", or a copy
+ * of s when it is not NULL (NULL when out of memory). sf_reg_zk_error notes a request that
+ * failed for ZooKeeper's reasons (a lost or timed-out connection, an expired session), which
+ * the caller of a claim may try again. */
 char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix);
+int64_t sf_reg_session_id(sf_registry *r);
+struct ACL_vector *sf_reg_acl(sf_registry *r);
+void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
+void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
+int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
+                      struct Stat *stat);
+void sf_reg_zk_error(sf_registry *r, int rc);
 
-/* registry_state.c: the state machine and its reports. */
+/* registry_wait.c: waits on the condition variable (wait_locked: lock held, at most ms),
+ * a sleep that a stop ends (false when stopped), and whether we are stopping. */
 void sf_reg_wait_locked(sf_registry *r, int64_t ms);
 bool sf_reg_sleep(sf_registry *r, int64_t ms);
 bool sf_reg_stopped(sf_registry *r);
 bool sf_reg_cancelled(void *ctx);
+
+/* registry_state.c: the state machine and its reports. */
 void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
 void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
 void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
 void sf_reg_deliver(sf_registry *r);
 void sf_reg_set_floor_wait(sf_registry *r, bool waiting);
 
-/* registry_session.c: the session, its watcher, paths and ACLs; sf_reg_zk_error notes a
- * request that failed for ZooKeeper's reasons (a lost or timed-out connection, an expired
- * session), which the caller of a claim may try again. */
+/* registry_session.c: the session and its watcher. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
 int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
-int64_t sf_reg_session_id(sf_registry *r);
-struct ACL_vector *sf_reg_acl(sf_registry *r);
-void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
-void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
 /* Makes sure worker_id_path, lock_path and state_path exist (looked up at once: a read
  * each, where a create of a node that exists would still be a write through the leader). */
 int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen);
-int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
-                      struct Stat *stat);
-void sf_reg_zk_error(sf_registry *r, int rc);
 
 /* registry_lease.c: the floor record. */
 bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
@@ -253,25 +259,28 @@ void sf_reg_final_record(sf_registry *r, int64_t until);
  * clock against the ensemble's (the record's write stamps it). 0, or -1 with err filled. */
 int sf_reg_check_in(sf_registry *r, char *err, size_t errlen);
 
-/* registry_claim.c: the claims and the peer checks.
+/* registry_worker.c: the worker node, used by both kinds of claim.
  * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
  * 1 when we hold it (also when an ambiguous earlier attempt already made it ours), 0 when
  * another session holds it (holder filled), -1 on a ZooKeeper error (err filled).
+ * sf_reg_note_unsure records a worker node whose create's outcome is unknown; before the
+ * next claim on the session, sf_reg_settle_unsure takes it as its own (1, *id set), or
+ * deletes it (0), so that one session never holds two worker ids; -1 on ZooKeeper's error.
+ * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
+ * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN. */
+int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
+                             char *err, size_t errlen);
+void sf_reg_note_unsure(sf_registry *r, const char *path);
+int sf_reg_settle_unsure(sf_registry *r, int64_t *id, char *err, size_t errlen);
+int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);
+
+/* registry_claim.c: the claims and the peer checks.
  * sf_reg_claim_once makes one claim (static: a single try unless retries > 0; automatic:
  * the queue, waiting its turn when ids are scarce or not) and the restart-safety wait that
  * follows; a node created for a claim that then fails is deleted, so a failed or cancelled
- * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE.
- * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
- * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN.
- * sf_reg_note_unsure records a worker node whose create's outcome is unknown: the next claim
- * on the session takes it as its own, or deletes it, before claiming anything else, so that
- * one session never holds two worker ids. */
-void sf_reg_note_unsure(sf_registry *r, const char *path);
-int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
-                             char *err, size_t errlen);
+ * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE. */
 int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,
                       int64_t *floor_ms, char *err, size_t errlen);
-int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);
 int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
 void sf_reg_warn_standalone(sf_registry *r);
 

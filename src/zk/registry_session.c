@@ -1,5 +1,5 @@
 /* registry_session.c -- the ZooKeeper session: opening it, waiting for it, the watcher that
- * turns its events into the state machine's, and the paths and ACLs of the nodes it makes.
+ * turns its events into the state machine's, and the paths every claim needs made.
  * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
@@ -137,41 +137,6 @@ int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen)
     return 0;
 }
 
-/* The session id of the current handle, to recognise our own ephemeral nodes. */
-int64_t sf_reg_session_id(sf_registry *r)
-{
-    const clientid_t *cid = zoo_client_id(r->zh);
-    return cid ? cid->client_id : 0;
-}
-
-/* The ACL for every node we create: with a credential, only its holders may change
- * them and everyone may read; without, the original's open ACL. */
-struct ACL_vector *sf_reg_acl(sf_registry *r)
-{
-    if (!r->auth)
-        return &ZOO_OPEN_ACL_UNSAFE;
-    r->acl[0].perms = ZOO_PERM_ALL;
-    r->acl[0].id.scheme = (char *)"auth";
-    r->acl[0].id.id = (char *)"";
-    r->acl[1].perms = ZOO_PERM_READ;
-    r->acl[1].id.scheme = (char *)"world";
-    r->acl[1].id.id = (char *)"anyone";
-    r->acl_vec.count = 2;
-    r->acl_vec.data = r->acl;
-    return &r->acl_vec;
-}
-
-/* The paths of id's worker node and state node. */
-void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen)
-{
-    snprintf(out, outlen, "%s/%" PRId64, r->worker_id_path, id);
-}
-
-void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen)
-{
-    snprintf(out, outlen, "%s/%" PRId64, r->state_path, id);
-}
-
 /* Creates path and its parents as persistent nodes; an existing node is fine. */
 static int sf_reg_create_path(sf_registry *r, const char *path, char *err, size_t errlen)
 {
@@ -219,35 +184,4 @@ int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen)
             return -1;
     }
     return 0;
-}
-
-/* Reads a node's data as a string. Returns a ZooKeeper code. */
-int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
-                      struct Stat *stat)
-{
-    int len = (int)outlen - 1;
-    int rc = zoo_get(r->zh, path, 0, out, &len, stat);
-    out[rc == ZOK && len > 0 ? len : 0] = '\0';
-    return rc;
-}
-
-void sf_reg_zk_error(sf_registry *r, int rc)
-{
-    switch (rc) {
-    case ZCONNECTIONLOSS:
-    case ZOPERATIONTIMEOUT:
-    case ZSESSIONEXPIRED:
-    case ZSESSIONMOVED:
-    case ZINVALIDSTATE:
-    case ZCLOSING:
-    case ZNEWCONFIGNOQUORUM:
-    case ZRECONFIGINPROGRESS:
-    case ZTHROTTLEDOP:
-        pthread_mutex_lock(&r->mu);
-        r->zk_failed = true;
-        pthread_mutex_unlock(&r->mu);
-        break;
-    default:
-        break;
-    }
 }
