@@ -1,10 +1,12 @@
 # sfstart.sh -- sourced by the shell tests and scripts that need a snowflaked of their own:
 # one way to pick a free port, to start a server and learn its port, and to read a
-# process's CPU time. (The Python tests have the first two in test/e2e/sftest.py.)
+# process's CPU time. (The Python tests start servers with test/e2e/sftest.py.)
 
-# sf_free_port prints a loopback TCP port that nothing listens on right now.
+# sf_free_port prints a loopback TCP port that nothing listens on right now, taken below the
+# kernel's ephemeral range by the picker every test shares (test/tools/free_port.py; the
+# sourcing script sets top, or the test harness top_srcdir).
 sf_free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 "${top:-${top_srcdir:-.}}/test/tools/free_port.py"
 }
 
 # sf_start LOG COMMAND... starts COMMAND (a snowflaked command line, usually with --port 0)
