@@ -1,7 +1,7 @@
-/* handler.c -- SfHandler: the Snowflake service's calls, made through the fence (zk/fence.h:
- * the worker and gate the registry publishes), with per-agent counts and timings. The calls
- * are plain (sf_handler_call_*), for the direct codec and the tests; handler_thrift.c plugs
- * them into the generated Thrift processor. */
+/* handler.c -- SfHandler: the Snowflake service's calls, made with ids from the source it was
+ * given (idsource.h: a registration, a standalone worker or a test's), with per-agent counts
+ * and timings. The calls are plain (sf_handler_call_*), for the direct codec and the tests;
+ * handler_thrift.c plugs them into the generated Thrift processor. */
 #define _POSIX_C_SOURCE 200809L
 #include "handler_internal.h"
 
@@ -13,7 +13,6 @@
 #include "agents.h"
 #include "common/clocks.h"
 #include "latency.h"
-#include "zk/fence.h"
 
 /* Counters are striped: each calling thread adds to its own cache line, and
  * readers sum the stripes, so the hot path never shares a written line. */
@@ -37,9 +36,9 @@ struct _SfHandler {
     int max_batch_size;
     int max_useragent_length;
     sf_agents *agents;      /* ids per agent, bounded by max_tracked_useragents */
-    sf_fence *fence;        /* the worker and the gate published (standalone, tests) */
-    _Atomic(sfz *) zk;      /* registered: ids come from here instead (set once) */
-    _Atomic int64_t since_ms; /* standalone: Unix ms of the last publish or close */
+    _Atomic(const sf_id_source *) source; /* where ids come from; NULL while none */
+    atomic_bool stopping;     /* closed, or its source taken away: refusing "stopping" */
+    _Atomic int64_t since_ms; /* with no source: Unix ms of the last change */
     sf_handler_stripe *stripes;
     sf_handler_audit_fn audit; /* told of every id handed out; set before serving */
     void *audit_ctx;
@@ -100,6 +99,15 @@ gboolean sf_handler_take_unavailable(void)
     return refused;
 }
 
+/* Why ids are refused while no source is set: none yet, or none any more. */
+static void sf_handler_idle_reason(SfHandler *h, char *why, size_t len)
+{
+    g_strlcpy(why, atomic_load_explicit(&h->stopping, memory_order_relaxed)
+                       ? "stopping"
+                       : "starting: no worker id held yet",
+              len);
+}
+
 /* Sets *message and returns TRUE when agent is longer than max_useragent_length or
  * breaks the original's grammar. The message quotes at most max_useragent_length bytes
  * of it. */
@@ -119,36 +127,27 @@ static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, cha
     return TRUE;
 }
 
-/* Makes count ids through the fence: a core failure becomes InvalidSystemClock with the
- * core's message, a refusal ServiceUnavailable (ids made before the fence's second check
- * failed are counted as discarded, never handed out). */
+/* Makes count ids from the source: a clock failure becomes InvalidSystemClock with the
+ * source's message, a refusal ServiceUnavailable (ids made, then fenced, are counted as
+ * discarded, never handed out). */
 static sf_handler_outcome sf_handler_make_ids(SfHandler *h, int64_t *ids, size_t count,
                                               char **message)
 {
-    sfz_error err;
+    char why[SF_ID_SOURCE_REASON_MAX];
     size_t discarded = 0;
-    int rc;
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    if (zk != NULL) {
-        rc = sfz_next_ids(zk, ids, count, &err);
-        if (G_LIKELY(rc == SFZ_OK))
+    sf_ids_outcome rc;
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (G_LIKELY(src != NULL)) {
+        rc = src->ops->next_ids(src->ctx, ids, count, why, sizeof why, &discarded);
+        if (G_LIKELY(rc == SF_IDS_OK))
             return SF_HANDLER_OK;
-        discarded = rc == SFZ_ERR_FENCED ? err.discarded : 0;
     } else {
-        sf_error e;
-        rc = sf_fence_next_ids(h->fence, ids, count, err.message, sizeof err.message, &e);
-        if (G_LIKELY(rc == SF_OK))
-            return SF_HANDLER_OK;
-        if (rc == SF_FENCE_DISCARDED) /* made, then fenced: never handed out */
-            discarded = count;
-        if (rc == SF_FENCE_CLOSED || rc == SF_FENCE_DISCARDED)
-            rc = SFZ_ERR_FENCED;
-        else
-            g_strlcpy(err.message, e.message, sizeof err.message);
+        rc = SF_IDS_REFUSED;
+        sf_handler_idle_reason(h, why, sizeof why);
     }
     sf_handler_stripe *s = sf_handler_my_stripe(h);
-    *message = g_strdup(err.message);
-    if (rc != SFZ_ERR_FENCED) {
+    *message = g_strdup(why);
+    if (rc == SF_IDS_CLOCK) {
         atomic_fetch_add_explicit(&s->clock_errors, 1, memory_order_relaxed);
         return SF_HANDLER_INVALID_SYSTEM_CLOCK;
     }
@@ -198,26 +197,20 @@ static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent,
 
 /* get_worker_id and get_datacenter_id (m): a field of the worker in use, -1 while none is
  * held. */
-static int64_t sf_handler_worker_value(SfHandler *h, sf_handler_method m,
-                                       int64_t (*field)(const sf_worker *))
+static int64_t sf_handler_worker_value(SfHandler *h, sf_handler_method m)
 {
-    int64_t id = -1;
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    if (zk != NULL) {
-        id = m == SF_HANDLER_GET_WORKER_ID ? sfz_worker_id(zk) : sfz_datacenter_id(zk);
-    } else {
-        sf_worker *w = sf_fence_worker(h->fence);
-        id = w != NULL ? field(w) : -1;
-    }
-    return id;
+    int64_t datacenter_id = -1, worker_id = -1;
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (src != NULL)
+        src->ops->ids(src->ctx, &datacenter_id, &worker_id);
+    return m == SF_HANDLER_GET_WORKER_ID ? worker_id : datacenter_id;
 }
 
 /* The same, timed as method m. */
-static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m,
-                                       int64_t (*field)(const sf_worker *))
+static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m)
 {
     uint64_t t0 = sf_clocks_mono_ns();
-    int64_t id = sf_handler_worker_value(h, m, field);
+    int64_t id = sf_handler_worker_value(h, m);
     sf_handler_time(h, m, t0);
     return id;
 }
@@ -225,12 +218,12 @@ static int64_t sf_handler_worker_field(SfHandler *h, sf_handler_method m,
 /* The service's methods as plain calls, each timed from entry to return. */
 int64_t sf_handler_call_get_worker_id(SfHandler *h)
 {
-    return sf_handler_worker_field(h, SF_HANDLER_GET_WORKER_ID, sf_worker_worker_id);
+    return sf_handler_worker_field(h, SF_HANDLER_GET_WORKER_ID);
 }
 
 int64_t sf_handler_call_get_datacenter_id(SfHandler *h)
 {
-    return sf_handler_worker_field(h, SF_HANDLER_GET_DATACENTER_ID, sf_worker_datacenter_id);
+    return sf_handler_worker_field(h, SF_HANDLER_GET_DATACENTER_ID);
 }
 
 int64_t sf_handler_call_get_timestamp(SfHandler *h)
@@ -273,53 +266,32 @@ SfHandler *sf_handler_new(const sf_handler_options *o)
     return h;
 }
 
-void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
-                        int64_t lease_until_boot_ms, int64_t reserved_until_ms,
-                        const char *reason)
+void sf_handler_set_source(SfHandler *h, const sf_id_source *src)
 {
-    sf_fence_publish(h->fence, w, serving, lease_until_boot_ms, reserved_until_ms, reason);
+    if (src == NULL)
+        atomic_store_explicit(&h->stopping, true, memory_order_relaxed);
     atomic_store_explicit(&h->since_ms, sf_clock_now_ms(), memory_order_relaxed);
+    atomic_store_explicit(&h->source, src, memory_order_release);
 }
 
 void sf_handler_close(SfHandler *h, const char *reason)
 {
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    if (zk != NULL)
-        sfz_shut(zk, reason); /* for good: the registration must not reopen it */
-    else
-        sf_fence_close(h->fence, reason);
+    atomic_store_explicit(&h->stopping, true, memory_order_relaxed);
     atomic_store_explicit(&h->since_ms, sf_clock_now_ms(), memory_order_relaxed);
-}
-
-void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
-                            int64_t reserved_until_ms)
-{
-    sf_fence_renew(h->fence, lease_until_boot_ms, reserved_until_ms);
-}
-
-sf_worker *sf_handler_current_worker(SfHandler *h)
-{
-    return sf_fence_worker(h->fence);
-}
-
-void sf_handler_use_registration(SfHandler *h, sfz *zk)
-{
-    atomic_store_explicit(&h->zk, zk, memory_order_release);
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (src != NULL)
+        src->ops->close(src->ctx, reason);
 }
 
 gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 {
-    char why[SF_FENCE_REASON_MAX];
-    gboolean refused;
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    if (zk != NULL) {
-        sfz_state st;
-        sfz_get_state(zk, &st);
-        refused = !st.serving;
-        g_strlcpy(why, st.reason, sizeof why);
-    } else {
-        refused = sf_fence_refusal(h->fence, why, sizeof why);
-    }
+    char why[SF_ID_SOURCE_REASON_MAX];
+    gboolean refused = TRUE;
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (src != NULL)
+        refused = src->ops->refusal(src->ctx, why, sizeof why);
+    else
+        sf_handler_idle_reason(h, why, sizeof why);
     if (reason != NULL)
         *reason = refused ? g_strdup(why) : NULL;
     return !refused;
@@ -327,16 +299,13 @@ gboolean sf_handler_is_serving(SfHandler *h, char **reason)
 
 gboolean sf_handler_get_health(SfHandler *h, sfz_health *out)
 {
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    if (zk != NULL) {
-        sfz_get_health(zk, out);
-        return TRUE;
-    }
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (src != NULL)
+        return src->ops->health(src->ctx, out);
     memset(out, 0, sizeof *out);
     out->since_ms = atomic_load_explicit(&h->since_ms, memory_order_relaxed);
-    if (!sf_handler_is_serving(h, NULL)) /* closed before the first publish, or to stop */
-        out->reason = sf_fence_worker(h->fence) != NULL ? SFZ_REASON_STOPPING
-                                                        : SFZ_REASON_STARTING;
+    out->reason = atomic_load_explicit(&h->stopping, memory_order_relaxed) ? SFZ_REASON_STOPPING
+                                                                           : SFZ_REASON_STARTING;
     return FALSE;
 }
 
@@ -357,21 +326,15 @@ void sf_handler_get_stats(SfHandler *h, sf_handler_stats *out)
     out->ids_generated_other_agents = as.other_ids;
     out->exceptions = out->invalid_agent_errors + out->invalid_request_errors +
                       out->unavailable_errors + out->clock_errors;
-    out->worker_id = sf_handler_worker_value(h, SF_HANDLER_GET_WORKER_ID, sf_worker_worker_id);
-    out->datacenter_id = sf_handler_worker_value(h, SF_HANDLER_GET_DATACENTER_ID,
-                                                 sf_worker_datacenter_id);
+    out->worker_id = sf_handler_worker_value(h, SF_HANDLER_GET_WORKER_ID);
+    out->datacenter_id = sf_handler_worker_value(h, SF_HANDLER_GET_DATACENTER_ID);
     out->serving = sf_handler_is_serving(h, NULL);
     sf_worker_stats ws = {0};
-    sfz *zk = atomic_load_explicit(&h->zk, memory_order_acquire);
-    sf_worker *w = zk != NULL ? NULL : sf_handler_current_worker(h);
     out->worker_ids_taken = -1;
-    if (zk != NULL) {
-        sfz_get_stats(zk, &ws);
-        out->worker_ids_taken = sfz_worker_ids_taken(zk, out->worker_id_path,
-                                                     sizeof out->worker_id_path);
-    }
-    else if (w != NULL)
-        sf_worker_get_stats(w, &ws);
+    const sf_id_source *src = atomic_load_explicit(&h->source, memory_order_acquire);
+    if (src != NULL)
+        out->worker_ids_taken = src->ops->stats(src->ctx, &ws, out->worker_id_path,
+                                                sizeof out->worker_id_path);
     out->sequence_waits = ws.sequence_waits;
     out->clock_backward_waits = ws.clock_backward_waits;
     out->clock_backward_errors = ws.clock_backward_errors;
@@ -394,14 +357,13 @@ void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
     sf_agents_foreach(h->agents, fn, ctx);
 }
 
-/* Frees the fence and every worker ever published: no request can be running once the
- * last reference to the handler is gone. */
+/* No request can be running once the last reference to the handler is gone; the source is
+ * its owner's. */
 static void sf_handler_finalize(GObject *object)
 {
     SfHandler *h = SF_HANDLER(object);
     sf_agents_free(h->agents);
     free(h->stripes);
-    sf_fence_free(h->fence);
     G_OBJECT_CLASS(sf_handler_parent_class)->finalize(object);
 }
 
@@ -410,10 +372,9 @@ static void sf_handler_init(SfHandler *h)
 {
     h->max_batch_size = 1;
     h->max_useragent_length = 255;
-    atomic_init(&h->zk, NULL);
-    h->fence = sf_fence_new();
-    if (h->fence == NULL)
-        g_error("out of memory allocating the handler's fence");
+    atomic_init(&h->source, NULL);
+    atomic_init(&h->stopping, false);
+    atomic_init(&h->since_ms, sf_clock_now_ms());
     h->stripes = aligned_alloc(64, sizeof(sf_handler_stripe) * SF_HANDLER_STRIPES);
     if (h->stripes == NULL)
         g_error("out of memory allocating handler counters");

@@ -7,6 +7,7 @@
 
 #include "common/handler_options.h"
 #include "latency.h"
+#include "idsource.h"
 #include "lib/snowflake.h"
 #include "sf_thrift_snowflake.h"
 #include "zk/snowflake_zk.h"
@@ -62,49 +63,27 @@ typedef struct sf_handler_stats {
     char worker_id_path[SF_HANDLER_PATH_MAX];
 } sf_handler_stats;
 
-/* Creates a handler that refuses ids until a worker is published with the gate
- * open, with the limits of o (copied). */
+/* Creates a handler with the limits of o (copied) that refuses ids ("starting") until it is
+ * given a source. */
 SfHandler *sf_handler_new(const sf_handler_options *o);
 
-/* Publishes what ids are served with, all at once, so that no request pairs one state's
- * worker with another's gate or lease: w is the worker ids come from (the handler takes
- * ownership and keeps every worker it was given until it is finalized, as a request on
- * another thread may still be using one; publishing the same worker again is fine);
- * serving opens the gate; lease_until_boot_ms is when the right to hand out ids ends, on
- * CLOCK_BOOTTIME in ms (0 = no lease: standalone); reserved_until_ms the latest timestamp
- * (Unix ms) an id handed out may carry (0 = no limit); reason (copied) says why while
- * closed. Apply any timestamp floor to w before publishing it. Every publish starts a new
- * epoch: ids being made under the previous one when it happens are discarded, never
- * handed out. */
-void sf_handler_publish(SfHandler *h, sf_worker *w, gboolean serving,
-                        int64_t lease_until_boot_ms, int64_t reserved_until_ms,
-                        const char *reason);
+/* From now on ids come from src: a registration (sf_id_source_for_registration), a
+ * standalone worker (standalone.h) or a test's. src, and what it points to, must outlive
+ * every request that may use it. NULL takes the source away: ids are refused, "stopping"
+ * (a daemon does so before it stops its registration, once its server stopped). */
+void sf_handler_set_source(SfHandler *h, const sf_id_source *src);
 
-/* Closes the gate, keeping the worker (get_worker_id still answers it); get_id and
- * get_ids throw ServiceUnavailable carrying reason (copied). Once a registration is used,
- * for good (sfz_shut): the daemon closes it only to stop. */
+/* Refuses ids from now on, saying reason: closes the source (a registration for good:
+ * sfz_shut), keeping its worker (get_worker_id still answers it). To stop. */
 void sf_handler_close(SfHandler *h, const char *reason);
-
-/* Extends the lease and the reservation of what is published (a renewal): the epoch
- * stays, so ids being made now are still handed out. */
-void sf_handler_renew_lease(SfHandler *h, int64_t lease_until_boot_ms,
-                            int64_t reserved_until_ms);
-
-/* The worker published now, or NULL; it stays valid while the handler lives. */
-sf_worker *sf_handler_current_worker(SfHandler *h);
-
-/* From now on ids come from zk, a registration in ZooKeeper (libsnowflake-zk), which fences
- * them by its own lease; what was published is no longer used. zk must outlive every
- * request: call before requests arrive, and stop zk only after the server stopped. */
-void sf_handler_use_registration(SfHandler *h, sfz *zk);
 
 /* TRUE when ids are being handed out; otherwise, when reason is non-NULL,
  * *reason receives a newly allocated explanation (free with g_free). */
 gboolean sf_handler_is_serving(SfHandler *h, char **reason);
 
 /* Why ids are refused now (a fixed set), since when, and the ZooKeeper session's figures:
- * the registration's, or, standalone (FALSE returned), "starting" before the first publish,
- * "stopping" once closed, and no session figures. */
+ * the source's (TRUE when it has a session); with none, "starting" before a source was given
+ * and "stopping" after, and no session figures (FALSE). */
 gboolean sf_handler_get_health(SfHandler *h, sfz_health *out);
 
 /* Told of the ids of every call that hands them out, once they passed the check after

@@ -24,6 +24,7 @@
 #include "rpc/peer.h"
 #include "commit.h" /* generated into gen/ of the build tree */
 #include "server.h"
+#include "standalone.h"
 #include "zk/snowflake_zk.h"
 #include "rpc/thrift_fix.h"
 #include "lib/snowflake.h"
@@ -43,6 +44,8 @@ typedef struct sf_daemon {
     sf_history *history;     /* ids/s and serving over the last minutes, for the admin pages */
     sf_audit *audit;         /* NULL when [audit] sink = none */
     sfz *zk;                 /* the registration in ZooKeeper; NULL when standalone */
+    sf_standalone *standalone; /* standalone: the configured worker id; NULL when registered */
+    sf_id_source source;     /* registered: the handler's source of ids, over zk */
     int peer_timeout_ms;     /* what sf_peer_query reads through peer_ctx */
     GMutex stop_lock;        /* guards stopping and zk while starting up */
     gboolean stopping;       /* SIGTERM or SIGINT seen: never open the gate again */
@@ -162,12 +165,10 @@ static gboolean sf_daemon_start_audit(sf_daemon *d)
     return TRUE;
 }
 
-/* Creates the service's handler with its gate closed: ids are refused until a
- * worker id is held. */
+/* Creates the service's handler: ids are refused until it has a source. */
 static gboolean sf_daemon_new_handler(sf_daemon *d)
 {
     d->handler = sf_handler_new(&d->cfg.handler);
-    sf_handler_close(d->handler, "starting: no worker id registered yet");
     return TRUE;
 }
 
@@ -372,7 +373,8 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     d->zk = zk;
     gboolean stopping = d->stopping;
     g_mutex_unlock(&d->stop_lock);
-    sf_handler_use_registration(d->handler, zk);
+    d->source = sf_id_source_for_registration(zk);
+    sf_handler_set_source(d->handler, &d->source);
     if (stopping)
         return FALSE;
     if (sfz_run(zk, &err) != SFZ_OK) {
@@ -390,7 +392,13 @@ static gboolean sf_daemon_use_static_id(sf_daemon *d)
     sf_worker *w = sf_daemon_static_worker(d);
     if (w == NULL)
         return FALSE;
-    sf_handler_publish(d->handler, w, TRUE, 0, 0, NULL);
+    d->standalone = sf_standalone_new_serving(w);
+    if (d->standalone == NULL) {
+        g_critical("out of memory setting up the worker");
+        sf_worker_free(w);
+        return FALSE;
+    }
+    sf_handler_set_source(d->handler, sf_standalone_source(d->standalone));
     return TRUE;
 }
 
@@ -500,7 +508,7 @@ static void sf_daemon_shutdown(sf_daemon *d)
     g_mutex_unlock(&d->stop_lock);
     /* Records the last timestamp and ends the session: our node goes at once. */
     if (d->handler != NULL)
-        sf_handler_use_registration(d->handler, NULL);
+        sf_handler_set_source(d->handler, NULL);
     sfz_stop(zk);
     /* Last: the node is gone from ZooKeeper, so a slow sink delays no other node. */
     sf_audit_stop(d->audit, d->cfg.audit.socket_timeout_ms);
@@ -508,6 +516,7 @@ static void sf_daemon_shutdown(sf_daemon *d)
     sf_server_free(d->server);
     if (d->handler != NULL)
         g_object_unref(d->handler);
+    sf_standalone_free(d->standalone); /* after the handler: it was the handler's source */
     if (d->signal_fd >= 0)
         close(d->signal_fd);
     g_mutex_clear(&d->stop_lock);

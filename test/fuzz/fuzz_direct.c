@@ -18,6 +18,7 @@
 #include "server/direct_codec.h"
 #include "server/frame_transport.h"
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
 
@@ -49,6 +50,7 @@ typedef struct fuzz_clock {
 typedef struct fuzz_side {
     fuzz_clock clock;
     sf_worker *worker;
+    sf_standalone *standalone; /* the handler's source: the worker, gate and lease set */
     SfHandler *handler;
     ThriftProcessor *processor;
     SfFrameTransport *transport;
@@ -87,6 +89,10 @@ static void fuzz_side_init(fuzz_side *s)
     sf_handler_options_init(&ho);
     ho.max_batch_size = FUZZ_MAX_BATCH;
     s->handler = sf_handler_new(&ho);
+    s->standalone = sf_standalone_new();
+    if (s->standalone == NULL)
+        abort();
+    sf_handler_set_source(s->handler, sf_standalone_source(s->standalone));
     s->processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", s->handler, NULL);
     s->transport = sf_frame_transport_new();
     s->protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(s->transport));
@@ -100,7 +106,7 @@ static void fuzz_side_set_state(fuzz_side *s, uint8_t control)
     if (control & FUZZ_GATE_CLOSED)
         sf_handler_close(s->handler, "closed by the fuzz input");
     else
-        sf_handler_publish(s->handler, s->worker, TRUE, lease, 0, NULL);
+        sf_standalone_publish(s->standalone, s->worker, true, lease, 0, NULL);
 }
 
 /* What one side made of the frames. */

@@ -14,6 +14,7 @@
 #include "server/direct_codec.h"
 #include "server/frame_transport.h"
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
 
@@ -51,7 +52,10 @@ static void fuzz_frames_init(void)
     sf_thrift_fix_finalize();
     sf_thrift_fix_processor();
     SfHandler *handler = new_handler(100);
-    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
+    sf_standalone *standalone = sf_standalone_new_serving(w); /* kept for the whole run */
+    if (standalone == NULL)
+        abort();
+    sf_handler_set_source(handler, sf_standalone_source(standalone));
     fuzz_processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     g_object_unref(handler);
     fuzz_handler = handler;

@@ -35,6 +35,7 @@
 #include "server/direct_codec.h"
 #include "server/frame_transport.h"
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
 
@@ -81,7 +82,12 @@ static void floor_init_service(void)
         fprintf(stderr, "loop_floor: %s\n", err.message);
         exit(1);
     }
-    sf_handler_publish(floor_handler, w, TRUE, 0, 0, NULL);
+    sf_standalone *standalone = sf_standalone_new_serving(w); /* kept for the whole run */
+    if (standalone == NULL) {
+        fprintf(stderr, "loop_floor: out of memory\n");
+        exit(1);
+    }
+    sf_handler_set_source(floor_handler, sf_standalone_source(standalone));
     floor_processor =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", floor_handler, NULL);
     floor_transport = sf_frame_transport_new();

@@ -13,6 +13,7 @@
 #include "server/frame_transport.h"
 #include "hand_frames.h"
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "sf_thrift_snowflake.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
@@ -76,6 +77,7 @@ END_TEST
 static ThriftProcessor *processor;
 static ThriftProtocol *protocol;
 static SfHandler *handler;
+static sf_standalone *standalone;
 
 static void setup_service(void)
 {
@@ -90,7 +92,9 @@ static void setup_service(void)
     sf_error err;
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
-    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
+    standalone = sf_standalone_new_serving(w);
+    ck_assert_ptr_nonnull(standalone);
+    sf_handler_set_source(handler, sf_standalone_source(standalone));
     processor = g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     protocol = sf_bounded_protocol_new(THRIFT_TRANSPORT(t));
 }
@@ -100,6 +104,7 @@ static void teardown_service(void)
     g_object_unref(protocol);
     g_object_unref(processor);
     g_object_unref(handler);
+    sf_standalone_free(standalone);
     teardown();
 }
 
@@ -198,7 +203,9 @@ START_TEST(direct_answers_known_calls_processor_the_rest)
     wo.worker_id = 21;
     sf_worker *w = sf_worker_new(&wo, NULL);
     ck_assert_ptr_nonnull(w);
-    sf_handler_publish(direct_handler, w, TRUE, 0, 0, NULL);
+    sf_standalone *direct_standalone = sf_standalone_new_serving(w);
+    ck_assert_ptr_nonnull(direct_standalone);
+    sf_handler_set_source(direct_handler, sf_standalone_source(direct_standalone));
     GByteArray *wire = g_byte_array_new();
     hand_append_call(wire, "get_worker_id", 1, NULL, 0);
     const uint8_t extra[] = {8, 0, 7, 0, 0, 0, 1}; /* 7: i32 1, which no method declares */
@@ -223,6 +230,7 @@ START_TEST(direct_answers_known_calls_processor_the_rest)
     ck_assert_uint_eq(len, (size_t)(third + 4 + hand_get32(third) - out));
     g_byte_array_free(wire, TRUE);
     g_object_unref(direct_handler);
+    sf_standalone_free(direct_standalone);
 }
 END_TEST
 

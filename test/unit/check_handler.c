@@ -4,19 +4,36 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "rpc/thrift_fix.h"
 #include "lib/snowflake.h"
 
-/* A handler with the default limits and get_ids' count bounded by max_batch. */
+/* The worker, lease and gate the test publishes (each test runs in a process of its own). */
+static sf_standalone *standalone;
+
+/* A handler with the default limits and get_ids' count bounded by max_batch, whose ids
+ * come from what the test publishes to standalone. */
 static SfHandler *new_handler(int max_batch)
 {
     sf_handler_options o;
     sf_handler_options_init(&o);
     o.max_batch_size = max_batch;
-    return sf_handler_new(&o);
+    SfHandler *h = sf_handler_new(&o);
+    standalone = sf_standalone_new();
+    ck_assert(standalone != NULL);
+    sf_handler_set_source(h, sf_standalone_source(standalone));
+    return h;
+}
+
+static void free_handler(SfHandler *h)
+{
+    g_object_unref(h);
+    sf_standalone_free(standalone);
+    standalone = NULL;
 }
 
 static int64_t boot_ms(void)
@@ -96,7 +113,8 @@ static gboolean call_get_id(SfHandler *h, int64_t *id, gboolean *unavailable)
 
 static void expire_lease(hooked_clock *c)
 {
-    sf_handler_renew_lease(c->h, boot_ms() - 1, 0);
+    (void)c; /* the lease is the test's standalone's */
+    sf_standalone_renew(standalone, boot_ms() - 1, 0);
 }
 
 START_TEST(lease_lapsing_while_the_id_is_made_refuses_it)
@@ -106,20 +124,20 @@ START_TEST(lease_lapsing_while_the_id_is_made_refuses_it)
     hooked_clock clock = { .hook = expire_lease };
     SfHandler *h = new_handler(10);
     clock.h = h;
-    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000, 0, NULL);
+    sf_standalone_publish(standalone, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert_msg(!call_get_id(h, &id, &unavailable), "id %" G_GINT64_FORMAT
                   " handed out after the lease ran out", (gint64)id);
     ck_assert(unavailable);
-    g_object_unref(h);
+    free_handler(h);
 }
 END_TEST
 
 static void replace_worker(hooked_clock *c)
 {
     sf_handler_close(c->h, "fenced");
-    sf_handler_publish(c->h, c->replacement, TRUE, 0, 0, NULL);
+    sf_standalone_publish(standalone, c->replacement, TRUE, 0, 0, NULL);
 }
 
 START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
@@ -130,7 +148,7 @@ START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
     SfHandler *h = new_handler(10);
     clock.h = h;
     clock.replacement = new_worker(9, 0, NULL);
-    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, 0, 0, NULL);
+    sf_standalone_publish(standalone, new_worker(3, 0, &clock), TRUE, 0, 0, NULL);
     int64_t id;
     gboolean unavailable;
     gboolean ok = call_get_id(h, &id, &unavailable);
@@ -140,7 +158,7 @@ START_TEST(worker_replaced_while_the_id_is_made_refuses_it)
     ck_assert(unavailable);
     ck_assert(call_get_id(h, &id, &unavailable));
     ck_assert_int_eq((id >> SF_WORKER_ID_SHIFT) & SF_MAX_WORKER_ID, 9);
-    g_object_unref(h);
+    free_handler(h);
 }
 END_TEST
 
@@ -157,7 +175,7 @@ START_TEST(backward_wait_never_outlasts_the_lease)
     SfHandler *h = new_handler(10);
     clock.h = h;
     sf_worker *w = new_worker(3, 60000, &clock);
-    sf_handler_publish(h, w, TRUE, boot_ms() + 300, 0, NULL);
+    sf_standalone_publish(standalone, w, TRUE, boot_ms() + 300, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert(call_get_id(h, &id, &unavailable));
@@ -166,7 +184,7 @@ START_TEST(backward_wait_never_outlasts_the_lease)
     ck_assert_msg(clock.slept_ms <= 300, "waited %" G_GINT64_FORMAT " ms for the clock, past "
                   "a lease that ended in 300 ms", (gint64)clock.slept_ms);
     ck_assert(!ok);
-    g_object_unref(h);
+    free_handler(h);
 }
 END_TEST
 
@@ -177,14 +195,14 @@ START_TEST(lease_runs_on_the_boot_clock)
      * clock is over, whatever the monotonic clock says. test_handler_timens.sh runs
      * this in a time namespace where the two clocks are 100 s apart. */
     SfHandler *h = new_handler(10);
-    sf_handler_publish(h, new_worker(3, 0, NULL), TRUE, boot_ms() - 1000, 0, NULL);
+    sf_standalone_publish(standalone, new_worker(3, 0, NULL), TRUE, boot_ms() - 1000, 0, NULL);
     int64_t id;
     gboolean unavailable;
     ck_assert_msg(!call_get_id(h, &id, &unavailable), "id handed out on a lease that ended "
                   "1 s ago on the boot clock");
     ck_assert(unavailable);
     ck_assert(!sf_handler_is_serving(h, NULL));
-    g_object_unref(h);
+    free_handler(h);
 }
 END_TEST
 
@@ -203,7 +221,7 @@ START_TEST(ids_past_the_reservation_are_refused)
     hooked_clock clock = { 0 };
     SfHandler *h = new_handler(10);
     clock.h = h;
-    sf_handler_publish(h, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000,
+    sf_standalone_publish(standalone, new_worker(3, 0, &clock), TRUE, boot_ms() + 60000,
                        sf_clock_now_ms() + 5000, NULL);
     int64_t id;
     gboolean unavailable;
@@ -216,9 +234,49 @@ START_TEST(ids_past_the_reservation_are_refused)
     sf_handler_stats st;
     sf_handler_get_stats(h, &st);
     ck_assert_uint_eq(st.ids_discarded, 1);
-    sf_handler_renew_lease(h, boot_ms() + 60000, sf_clock_now_ms() + 120000);
+    sf_standalone_renew(standalone, boot_ms() + 60000, sf_clock_now_ms() + 120000);
     ck_assert(call_get_id(h, &id, &unavailable));
+    free_handler(h);
+}
+END_TEST
+
+/* Without a source, ids are refused: "starting" until one is given; once it is taken away
+ * (a daemon stopping its registration), "stopping". Health says the same, with no session. */
+START_TEST(no_source_refuses_starting_then_stopping)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    SfHandler *h = sf_handler_new(&o);
+    int64_t id;
+    gboolean unavailable;
+    char *reason = NULL;
+    sfz_health health;
+    ck_assert(!call_get_id(h, &id, &unavailable));
+    ck_assert(unavailable);
+    ck_assert(!sf_handler_is_serving(h, &reason));
+    ck_assert_msg(strstr(reason, "starting") != NULL, "%s", reason);
+    g_free(reason);
+    ck_assert(!sf_handler_get_health(h, &health));
+    ck_assert_int_eq(health.reason, SFZ_REASON_STARTING);
+    ck_assert_int_eq(sf_handler_call_get_worker_id(h), -1);
+
+    sf_standalone *s = sf_standalone_new_serving(new_worker(7, 0, NULL));
+    ck_assert_ptr_nonnull(s);
+    sf_handler_set_source(h, sf_standalone_source(s));
+    ck_assert(call_get_id(h, &id, &unavailable));
+    ck_assert_int_eq(sf_handler_call_get_worker_id(h), 7);
+    ck_assert(sf_handler_get_health(h, &health) == FALSE && health.reason == SFZ_REASON_NONE);
+
+    sf_handler_set_source(h, NULL);
+    ck_assert(!call_get_id(h, &id, &unavailable));
+    ck_assert(unavailable);
+    ck_assert(!sf_handler_is_serving(h, &reason));
+    ck_assert_str_eq(reason, "stopping");
+    g_free(reason);
+    ck_assert(!sf_handler_get_health(h, &health));
+    ck_assert_int_eq(health.reason, SFZ_REASON_STOPPING);
     g_object_unref(h);
+    sf_standalone_free(s);
 }
 END_TEST
 
@@ -232,6 +290,7 @@ static Suite *handler_suite(void)
     tcase_add_test(fence, backward_wait_never_outlasts_the_lease);
     tcase_add_test(fence, lease_runs_on_the_boot_clock);
     tcase_add_test(fence, ids_past_the_reservation_are_refused);
+    tcase_add_test(fence, no_source_refuses_starting_then_stopping);
     suite_add_tcase(s, fence);
     return s;
 }

@@ -19,6 +19,7 @@
 #include "server/admin.h"
 #include "hand_frames.h"
 #include "server/handler.h"
+#include "server/standalone.h"
 #include "server/server.h"
 #include "lib/snowflake.h"
 #include "rpc/thrift_fix.h"
@@ -31,19 +32,32 @@
 #define TEST_FRAME_MS 300
 
 static SfHandler *handler;
+static sf_standalone *standalone; /* the worker and gate the test publishes: handler's source */
 static sf_server *server;
 static int port;
 /* The loop every server of this run uses: main runs the suite once per loop, and asks
  * for each by name, so a loop that cannot start fails rather than falls back. */
 static sf_server_loop test_loop;
 
-/* A handler with the default limits and get_ids' count bounded by max_batch. */
+/* A handler with the default limits and get_ids' count bounded by max_batch, whose ids
+ * come from what the test publishes to standalone. */
 static SfHandler *new_handler(int max_batch)
 {
     sf_handler_options o;
     sf_handler_options_init(&o);
     o.max_batch_size = max_batch;
-    return sf_handler_new(&o);
+    SfHandler *h = sf_handler_new(&o);
+    standalone = sf_standalone_new();
+    ck_assert(standalone != NULL);
+    sf_handler_set_source(h, sf_standalone_source(standalone));
+    return h;
+}
+
+static void free_handler(void)
+{
+    g_object_unref(handler);
+    sf_standalone_free(standalone);
+    standalone = NULL;
 }
 
 /* A real client of the generated code over a framed socket. */
@@ -73,7 +87,7 @@ static void start_server_full(int max_connections, bool follow_gate)
     sf_worker *w = sf_worker_new(&wo, &err);
     ck_assert_msg(w != NULL, "%s", err.message);
     handler = new_handler(TEST_MAX_BATCH);
-    sf_handler_publish(handler, w, TRUE, 0, 0, NULL);
+    sf_standalone_publish(standalone, w, TRUE, 0, 0, NULL);
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", handler, NULL);
     sf_server_options so;
@@ -112,7 +126,7 @@ static void setup(void)
 static void teardown(void)
 {
     sf_server_free(server);
-    g_object_unref(handler);
+    free_handler();
 }
 
 static client *client_open(void)
@@ -509,7 +523,7 @@ START_TEST(test_gate)
     ck_assert(sf_thrift_snowflake_if_get_timestamp(c->iface, &v, &err));
     ck_assert_int_gt(v, 0);
     /* No worker held: get_worker_id is -1 and ids stay refused even if open. */
-    sf_handler_publish(handler, NULL, TRUE, 0, 0, NULL);
+    sf_standalone_publish(standalone, NULL, TRUE, 0, 0, NULL);
     ck_assert(sf_thrift_snowflake_if_get_worker_id(c->iface, &v, &err));
     ck_assert_int_eq(v, -1);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "gate", &ce, &ae, &ue, &err));
@@ -525,7 +539,7 @@ START_TEST(test_gate)
     sf_worker_options_init(&wo);
     wo.datacenter_id = TEST_DATACENTER;
     wo.worker_id = 9;
-    sf_handler_publish(handler, sf_worker_new(&wo, NULL), TRUE, 0, 0, NULL);
+    sf_standalone_publish(standalone, sf_worker_new(&wo, NULL), TRUE, 0, 0, NULL);
     sf_decoded d;
     ck_assert_int_eq(sf_decode(client_get_id(c, "gate"), SF_TWITTER_EPOCH_MS, &d, NULL), SF_OK);
     ck_assert_int_eq(d.worker_id, 9);
@@ -553,15 +567,15 @@ START_TEST(test_lease)
     SfThriftInvalidUserAgentError *ae = NULL;
     SfThriftServiceUnavailable *ue = NULL;
     /* No lease (standalone) serves. */
-    sf_handler_renew_lease(handler, 0, 0);
+    sf_standalone_renew(standalone, 0, 0);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the future serves. */
-    sf_handler_renew_lease(handler, test_boot_ms() + 60000, 0);
+    sf_standalone_renew(standalone, test_boot_ms() + 60000, 0);
     ck_assert(sf_handler_is_serving(handler, NULL));
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     /* A lease in the past refuses get_id, get_ids and the health check, with the gate open. */
-    sf_handler_renew_lease(handler, test_boot_ms() - 5000, 0);
+    sf_standalone_renew(standalone, test_boot_ms() - 5000, 0);
     ck_assert(!sf_thrift_snowflake_if_get_id(c->iface, &v, "lease", &ce, &ae, &ue, &err));
     ck_assert_ptr_nonnull(ue);
     gchar *msg = NULL;
@@ -586,7 +600,7 @@ START_TEST(test_lease)
     ck_assert_msg(strstr(reason, "lease expired") != NULL, "%s", reason);
     g_free(reason);
     /* A renewed lease serves again. */
-    sf_handler_renew_lease(handler, test_boot_ms() + 60000, 0);
+    sf_standalone_renew(standalone, test_boot_ms() + 60000, 0);
     ck_assert_int_gt(client_get_id(c, "lease"), 0);
     client_close(c);
     sf_handler_stats hs;
@@ -625,7 +639,7 @@ END_TEST
 START_TEST(test_max_connections)
 {
     sf_server_free(server);
-    g_object_unref(handler);
+    free_handler();
     start_server_with(2);
     client *a = client_open();
     client *b = client_open();
@@ -710,7 +724,7 @@ static bool wait_connect_errno(int want)
 START_TEST(test_port_follows_listening)
 {
     sf_server_free(server);
-    g_object_unref(handler);
+    free_handler();
     start_server_full(1000, true);
     /* Bound, not listening: the port is ours and refuses connects. */
     ck_assert_int_eq(connect_errno(), ECONNREFUSED);
