@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "embedded_options.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,9 +103,15 @@ bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, si
         const char *end = strchr(p, ',');
         size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
         const char *eq = memchr(p, '=', n);
-        char *num_end = NULL;
-        errno = 0;
-        long dc = eq != NULL && *p >= '0' && *p <= '9' ? strtol(p, &num_end, 10) : -1;
+        char num[24];
+        size_t numlen = eq != NULL ? (size_t)(eq - p) : 0;
+        int64_t dc = -1;
+        bool dc_ok = false;
+        if (eq != NULL && numlen < sizeof num) {
+            memcpy(num, p, numlen);
+            num[numlen] = '\0';
+            dc_ok = sf_decimal_parse("datacenter", num, 0, SF_MAX_DATACENTER_ID, &dc, NULL, 0);
+        }
         size_t plen = eq != NULL ? n - (size_t)(eq + 1 - p) : 0;
         char path[SF_ZKPATH_MAX + 2];
         const char *why = n == 0 ? "an empty entry (a comma too many)" : "no '='";
@@ -116,7 +121,7 @@ bool sfz_parse_datacenters(const char *spec, sfz_datacenters *out, char *msg, si
         }
         if (n > 0 && (memchr(p, ' ', n) != NULL || memchr(p, '\t', n) != NULL))
             why = "a blank in it (none is allowed around '=' or ',')";
-        else if (eq != NULL && (num_end != eq || errno != 0 || dc < 0 || dc > SF_MAX_DATACENTER_ID))
+        else if (eq != NULL && !dc_ok)
             why = "the datacenter is not a number in 0..31";
         else if (eq != NULL && seen[dc])
             why = "a datacenter named twice";

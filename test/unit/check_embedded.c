@@ -428,6 +428,9 @@ START_TEST(automatic_datacenter_options_are_checked)
         {-1, ",0=/a", "an empty entry"},
         {-1, "0=/a,,1=/b", "an empty entry"},
         {-1, "+0=/a", "not a number in 0..31"},
+        {-1, "=/a", "not a number in 0..31"},
+        {-1, "99999999999999999999=/a", "not a number in 0..31"},
+        {-1, "-1=/a", "not a number in 0..31"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sfz_options o;
