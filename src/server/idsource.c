@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A registration's reasons fit the handler's buffer whole. */
+_Static_assert(SF_ID_SOURCE_REASON_MAX >= SFZ_ERROR_MAX, "SF_ID_SOURCE_REASON_MAX below SFZ_ERROR_MAX");
+
 static sf_ids_outcome sf_registration_next_ids(void *ctx, int64_t *ids, size_t count, char *why,
                                                size_t len, size_t *discarded)
 {

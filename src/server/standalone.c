@@ -10,6 +10,10 @@
 
 #include "zk/fence.h"
 
+/* A fence's reasons fit the handler's buffer whole. */
+_Static_assert(SF_ID_SOURCE_REASON_MAX >= SF_FENCE_REASON_MAX,
+               "SF_ID_SOURCE_REASON_MAX below SF_FENCE_REASON_MAX");
+
 struct sf_standalone {
     sf_fence *fence;
     sf_id_source source;      /* the handler's view of this, set once */
