@@ -347,6 +347,10 @@ def discovery_follows_joins_fences_and_leaves():
             finally:
                 os.kill(b.proc.pid, signal.SIGCONT)
             wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "the node back after fencing listed")
+            # Listed once it holds its id again, but its port opens only when it serves (after
+            # the floor): stopping a before that leaves no node to ask.
+            wait_until(lambda: b.log().count("serving ids as worker id 2") >= 2, sftest.PATIENCE,
+                       "the node back after fencing serving")
             a.stop()
             wait_until(lambda: d.servers() == (1, "%s:up" % hostport(b)), sftest.PATIENCE, "a unlisted")
             r = d.run(1)
