@@ -107,7 +107,7 @@ def static_claim_conflict_and_sigterm():
         assert stat.ephemeralOwner != 0, "the worker node must be ephemeral"
         with first.client() as api:
             assert api.get_worker_id() == 5
-            _, dc, worker, _ = decode(api.get_id("zktest"))
+            last_ms, dc, worker, _ = decode(api.get_id("zktest"))
             assert (dc, worker) == (2, 5), (dc, worker)
         second = zk_server("/static", worker_id=5).start()
         refused(second, "127.0.0.1:%d" % first.port)
@@ -117,7 +117,10 @@ def static_claim_conflict_and_sigterm():
         kind, recorded = zk.get("/static-state/5")[0].decode().split()
         recorded = int(recorded)
         assert kind == "released", kind
-        assert abs(recorded - time.time() * 1000) < 10000, recorded
+        # The record is the last timestamp the node used: from the id we got to now (however
+        # long the second server took to start and be refused; under valgrind on a busy
+        # machine, over 10 s).
+        assert last_ms <= recorded <= time.time() * 1000, (last_ms, recorded, time.time())
         third = zk_server("/static", worker_id=5).start()
         assert serving(third) == 5, "a restarted node must claim the freed id at once"
         third.stop()
