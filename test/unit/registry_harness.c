@@ -195,9 +195,9 @@ bool sf_test_ensemble_start(sf_test_ensemble *e, const char *extra_cfg)
              sf_test_proxy_port(e->px[2]), sf_test_proxy_port(e->px[3]), q[2], el[2]);
     if (sf_test_zk_start_member(&e->zk[0], 1, c[0], direct) != 0 ||
         sf_test_zk_start_member(&e->zk[1], 2, c[1], direct) != 0 ||
-        !sf_test_wait_mode(&e->zk[1], "leader", 30000) ||
+        !sf_test_wait_mode(&e->zk[1], "leader", SF_TEST_ENSEMBLE_WAIT_MS) ||
         sf_test_zk_start_member(&e->zk[2], 3, c[2], via) != 0 ||
-        !sf_test_wait_mode(&e->zk[2], "follower", 30000))
+        !sf_test_wait_mode(&e->zk[2], "follower", SF_TEST_ENSEMBLE_WAIT_MS))
         return false;
     snprintf(e->member3_hosts, sizeof e->member3_hosts, "127.0.0.1:%d", c[2]);
     snprintf(e->quorum_hosts, sizeof e->quorum_hosts, "127.0.0.1:%d", c[1]);
@@ -214,7 +214,7 @@ bool sf_test_ensemble_mend_member3(sf_test_ensemble *e)
 {
     for (int i = 0; i < 4; i++)
         sf_test_proxy_set_mode(e->px[i], SF_PROXY_FORWARD);
-    return sf_test_wait_mode(&e->zk[2], "follower", 30000);
+    return sf_test_wait_mode(&e->zk[2], "follower", SF_TEST_ENSEMBLE_WAIT_MS);
 }
 
 int sf_test_registry_main(const char *name, Suite *suite, sf_test_zk *zk)

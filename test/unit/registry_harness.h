@@ -90,6 +90,10 @@ typedef struct sf_test_message_log {
 
 void sf_test_count_messages(void *ctx, const char *level, const char *message);
 
+/* How long a member may take to take its role (leader, follower): two JVMs starting and
+ * electing on a loaded build machine took over 30 s. */
+#define SF_TEST_ENSEMBLE_WAIT_MS 90000
+
 /* A three-server ensemble whose third member reaches the other two only through proxies,
  * so a test can cut that member off from the leader while its clients still reach it. */
 typedef struct sf_test_ensemble {
