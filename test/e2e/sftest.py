@@ -263,6 +263,18 @@ class Server:
             return e.code, e.read().decode()
 
 
+def gives_an_id(server, agent="sftest"):
+    """Whether server hands out an id now: False when it refuses with ServiceUnavailable or
+    the connection fails (a registered node's port is closed while it does not serve). Any
+    other answer (a refused agent, say) is the caller's mistake and raises."""
+    try:
+        with server.client(timeout=2.0) as api:
+            api.get_id(agent)
+    except (ServiceUnavailable, TTransport.TTransportException, OSError):
+        return False
+    return True
+
+
 class Client:
     """The generated Python client over a framed, binary-protocol socket."""
 

@@ -151,17 +151,6 @@ def registered(path, worker_id, args=()):
                   worker_id=worker_id, datacenter_id=3, wait_serving=False).start()
 
 
-def gives_an_id(srv):
-    """Whether srv answers get_id now (a registered node's port is open only while it
-    serves)."""
-    try:
-        with srv.client() as api:
-            api.get_id("test-client")
-        return True
-    except Exception:  # refused, closed or ServiceUnavailable: not serving yet
-        return False
-
-
 def hostport(srv):
     return "127.0.0.1:%d" % srv.port
 
@@ -360,7 +349,7 @@ def discovery_follows_joins_fences_and_leaves():
             wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "the node back after fencing listed")
             # Listed once it holds its id again, but its port opens only when it serves (after
             # the floor): stopping a before that leaves no node to ask.
-            wait_until(lambda: gives_an_id(b), sftest.PATIENCE, "the node back after fencing serving")
+            wait_until(lambda: sftest.gives_an_id(b), sftest.PATIENCE, "the node back after fencing serving")
             a.stop()
             wait_until(lambda: d.servers() == (1, "%s:up" % hostport(b)), sftest.PATIENCE, "a unlisted")
             r = d.run(1)
