@@ -20,7 +20,9 @@
 #include "common/zkpath.h"
 
 /* Claims the configured id, retrying while another session holds it (perhaps our own
- * previous one, not yet expired). The waits end at once when cancelled. */
+ * previous one, not yet expired). The waits end at once when cancelled. The worker node's
+ * create is the claim's first write: our clock is checked by its stamp, and a host whose
+ * clock is off lets the id go again before it serves. */
 static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t errlen, int retries)
 {
     char holder[SF_REG_DATA_MAX] = "";
@@ -34,10 +36,18 @@ static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t er
                 return -1;
             }
         }
-        int got = sf_reg_try_create_worker(r, r->wanted_id, holder, sizeof holder, err, errlen);
+        sf_reg_stamp stamp;
+        int got = sf_reg_try_create_worker(r, r->wanted_id, holder, sizeof holder, &stamp, err,
+                                           errlen);
         if (got < 0)
             return -1;
         if (got == 1) {
+            char path[SF_REG_PATH_MAX];
+            sf_reg_worker_path(r, r->wanted_id, path, sizeof path);
+            if (sf_reg_check_stamp(r, &stamp, path, err, errlen) != 0) {
+                sf_reg_release_worker(r, r->wanted_id);
+                return -1;
+            }
             *id = r->wanted_id;
             return 0;
         }
@@ -57,8 +67,12 @@ int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_
     if (rc == 0)
         rc = r->wanted_id >= 0 ? sf_reg_claim_static(r, id, err, errlen, retries)
                                : sf_reg_claim_auto(r, wait_when_scarce, id, err, errlen);
-    else
-        rc = rc > 0 ? 0 : -1;
+    else if (rc > 0) { /* ours from an earlier create: its stamp is unknown */
+        rc = sf_reg_check_stamp(r, &(sf_reg_stamp){.valid = false}, NULL, err, errlen);
+        if (rc != 0)
+            sf_reg_release_worker(r, *id);
+    } else
+        rc = -1;
     if (rc != 0)
         return rc == SF_REGISTRY_ALL_TAKEN || rc == SF_REGISTRY_SCARCE ? rc : -1;
     pthread_mutex_lock(&r->mu);

@@ -140,6 +140,8 @@ struct sf_registry {
                               * scarce (else SF_REGISTRY_SCARCE); the thread's always waits */
     bool zk_failed;          /* a request of the claim now under way failed for ZooKeeper's
                               * reasons (connection, timeout, session), not for a holder's */
+    bool clock_checked;      /* the claim now under way wrote the path's epoch record, and
+                              * its stamp passed the clock check: no other write need */
 
     int64_t held_id;         /* -1 while no id is held */
     int64_t floor_ms;        /* the floor found when the id was claimed */
@@ -255,21 +257,35 @@ bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *er
                            size_t errlen);
 void sf_reg_final_record(sf_registry *r, int64_t until);
 
-/* registry_epoch.c: before every claim, the path's epoch recorded or compared, and our
- * clock against the ensemble's (the record's write stamps it). 0, or -1 with err filled. */
+/* A write of ours that ZooKeeper's leader stamped with its clock (mtime, Unix ms), and our
+ * clock when we sent it and when its answer came; valid false when there was none (a node
+ * of ours found, not made). */
+typedef struct sf_reg_stamp {
+    bool valid;
+    int64_t mtime, sent, answered;
+} sf_reg_stamp;
+
+/* registry_epoch.c: sf_reg_check_in, before every claim, compares the path's epoch record
+ * with ours, or records ours when none is; sf_reg_check_stamp, once the claim has made its
+ * first node, checks our clock against the ensemble's by that node's stamp (or, without one,
+ * by writing the record again), unless the record's write this claim made has checked it
+ * already. Both 0, or -1 with err filled. */
 int sf_reg_check_in(sf_registry *r, char *err, size_t errlen);
+int sf_reg_check_stamp(sf_registry *r, const sf_reg_stamp *stamp, const char *path, char *err,
+                       size_t errlen);
 
 /* registry_worker.c: the worker node, used by both kinds of claim.
  * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
- * 1 when we hold it (also when an ambiguous earlier attempt already made it ours), 0 when
- * another session holds it (holder filled), -1 on a ZooKeeper error (err filled).
+ * 1 when we hold it (also when an ambiguous earlier attempt already made it ours; stamp,
+ * when not NULL, is the create's), 0 when another session holds it (holder filled), -1 on a
+ * ZooKeeper error (err filled).
  * sf_reg_note_unsure records a worker node whose create's outcome is unknown; before the
  * next claim on the session, sf_reg_settle_unsure takes it as its own (1, *id set), or
  * deletes it (0), so that one session never holds two worker ids; -1 on ZooKeeper's error.
  * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
  * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN. */
 int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
-                             char *err, size_t errlen);
+                             sf_reg_stamp *stamp, char *err, size_t errlen);
 void sf_reg_note_unsure(sf_registry *r, const char *path);
 int sf_reg_settle_unsure(sf_registry *r, int64_t *id, char *err, size_t errlen);
 int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);

@@ -69,9 +69,12 @@ static bool sf_reg_find_own_lock(sf_registry *r, char *out, size_t outlen)
 
 /* Our place in the queue: a new lock node, or one our session left (its delete failed),
  * which is our place already (a new node behind it would wait for our own session to end).
- * mine is filled once the node exists, so the caller can delete it on any failure. */
-static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, char *err, size_t errlen)
+ * mine is filled once the node exists, so the caller can delete it on any failure; stamp is
+ * the new node's (not valid for one found). */
+static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, sf_reg_stamp *stamp,
+                          char *err, size_t errlen)
 {
+    *stamp = (sf_reg_stamp){.valid = false};
     pthread_mutex_lock(&r->mu);
     bool orphan = r->orphan_lock[0] != '\0';
     pthread_mutex_unlock(&r->mu);
@@ -85,8 +88,13 @@ static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, char *err,
     }
     char prefix[SF_REG_PATH_MAX];
     snprintf(prefix, sizeof prefix, "%s/lock-", r->lock_path);
-    int rc = zoo_create(r->zh, prefix, NULL, -1, sf_reg_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
-                        (int)minelen);
+    struct Stat made;
+    int64_t sent = sf_clock_now_ms();
+    int rc = zoo_create2(r->zh, prefix, NULL, -1, sf_reg_acl(r), ZOO_EPHEMERAL_SEQUENTIAL, mine,
+                         (int)minelen, &made);
+    if (rc == ZOK)
+        *stamp = (sf_reg_stamp){.valid = true, .mtime = made.mtime, .sent = sent,
+                                .answered = sf_clock_now_ms()};
     if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) && sf_reg_find_own_lock(r, mine, minelen))
         rc = ZOK;
     if (rc != ZOK) {
@@ -217,7 +225,7 @@ static int sf_reg_take_id(sf_registry *r, int64_t id, char *mine, char *err, siz
         /* Our lock node cannot be deleted (no permission, or gone): claim without it; the
          * caller deletes it (or leaves it to the thread) as after any claim. */
         char holder[SF_REG_DATA_MAX];
-        return sf_reg_try_create_worker(r, id, holder, sizeof holder, err, errlen);
+        return sf_reg_try_create_worker(r, id, holder, sizeof holder, NULL, err, errlen);
     }
     if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
         /* Applied or not, whole: the worker node tells which. Unknown still (that read failed
@@ -284,8 +292,14 @@ int sf_reg_claim_auto(sf_registry *r, bool wait_when_scarce, int64_t *id, char *
     char mine[SF_REG_PATH_MAX] = "";
     bool skip[SF_REGISTRY_MAX_WORKERS] = {false};
     int skipped = 0, result;
-    if (sf_reg_enqueue(r, mine, sizeof mine, err, errlen) != 0)
+    sf_reg_stamp stamp;
+    if (sf_reg_enqueue(r, mine, sizeof mine, &stamp, err, errlen) != 0)
         return -1;
+    /* Refused here, a host whose clock is off leaves the queue before it takes an id. */
+    if (sf_reg_check_stamp(r, &stamp, mine, err, errlen) != 0) {
+        sf_reg_unlock(r, mine);
+        return -1;
+    }
     const char *my_name = strrchr(mine, '/') + 1;
     for (;;) {
         sf_reg_view v;

@@ -10,16 +10,28 @@
 #include <string.h>
 
 #include "common/zkpath.h"
+#include "lib/snowflake.h"
 
 int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
-                                    char *err, size_t errlen)
+                             sf_reg_stamp *stamp, char *err, size_t errlen)
 {
     char path[SF_REG_PATH_MAX];
     sf_reg_worker_path(r, id, path, sizeof path);
     const char *data = r->host_port ? r->host_port : "";
-    int rc = zoo_create(r->zh, path, data, (int)strlen(data), sf_reg_acl(r), ZOO_EPHEMERAL, NULL, 0);
+    struct Stat made;
+    sf_reg_stamp s = {.valid = false, .sent = sf_clock_now_ms()};
+    int rc = zoo_create2(r->zh, path, data, (int)strlen(data), sf_reg_acl(r), ZOO_EPHEMERAL,
+                         NULL, 0, &made);
+    s.answered = sf_clock_now_ms();
+    if (stamp)
+        *stamp = (sf_reg_stamp){.valid = false};
     if (rc == ZOK) {
         r->worker_version = 0;
+        if (stamp) {
+            s.valid = true;
+            s.mtime = made.mtime;
+            *stamp = s;
+        }
         return 1;
     }
     if (rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT) {

@@ -257,6 +257,34 @@ def peer_clock_30_seconds_ahead():
     peer.stop()
 
 
+def clock_30_seconds_ahead_on_a_recorded_path():
+    """Where the epoch is recorded already (a node on the true clock held an id and
+    stopped: no peer is left to compare with), a node whose clock is 30 s ahead writes no
+    record: the stamp on its claim's own first node shows the skew, the worker node of a
+    static claim, the lock node of an automatic one. Refused, it leaves neither behind, and
+    the record stays as the first holder wrote it."""
+    first = zk_server("/recorded", worker_id=1).start()
+    serving(first)
+    first.stop()
+    s = zk_server("/recorded", worker_id=2, env=clock_30_seconds_ahead()).start()
+    refused(s, "clock sanity check failed: our clock is at least")
+    assert "ms ahead of ZooKeeper's (its leader stamped our write of /recorded/2 " in s.log(), \
+        s.log()
+    a = zk_server("/recorded", worker_id="auto", env=clock_30_seconds_ahead()).start()
+    refused(a, "clock sanity check failed: our clock is at least")
+    assert "stamped our write of /recorded-locks/lock-" in a.log(), a.log()
+    zk = ZK.client()
+    try:
+        assert zk.get_children("/recorded") == [], zk.get_children("/recorded")
+        assert zk.get_children("/recorded-locks") == [], zk.get_children("/recorded-locks")
+        data, stat = zk.get("/recorded-state")
+        assert (data, stat.version) == (b"epoch_ms %d" % sftest.TWITTER_EPOCH_MS, 1), \
+            (data, stat)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def unreachable_peer():
     """A registered peer that takes the connection but never answers stops start-up,
     naming it; with skip_unreachable_peers the server starts. A peer whose port refuses
@@ -610,6 +638,7 @@ def main():
     r.run(exhaustion_lists_holders)
     r.run(peer_in_another_datacenter)
     r.run(peer_clock_30_seconds_ahead)
+    r.run(clock_30_seconds_ahead_on_a_recorded_path)
     r.run(unreachable_peer)
     r.run(deeply_nested_peer_reply)
     r.run(stale_node_of_restarted_peer)
