@@ -619,7 +619,10 @@ def fleet_page_in_chromium():
                     offset = int(cells[5].replace(" ms", ""))
                     assert 2500 <= offset <= 5500, "node 3's clock offset shown: %s" % cells
             assert b.eval("document.querySelectorAll('tr.free').length") == 29
-            assert b.eval(text_of("zookeeper")) == ""
+            # The page shows a refresh's failed read (of ZooKeeper, or of the server behind
+            # the page) until the next refresh reads again; on a busy machine one can time
+            # out. Healthy, the page is clean again within a refresh or two.
+            b.wait("%s === ''" % text_of("zookeeper"), "the page without a ZooKeeper error")
             print("   node 3: %s" % b.eval("[...%s.cells].map(c => c.textContent)" % (row % 3)))
             shot(b, "fleet-page.png")
     finally:
