@@ -85,8 +85,9 @@ def assert_all_serving_distinct(fleet, since_ms, what):
         with fleet.lock:
             if fleet.failed:
                 raise AssertionError("starts failed: %s" % sorted(fleet.failed.items())[:3])
-            return len(fleet.serving) == HOLDERS and all(
-                ms >= since_ms for ms, _, _ in fleet.serving.values())
+            since = all(ms >= since_ms for ms, _, _ in fleet.serving.values())
+        # A holder fenced meanwhile (a lease late on a busy machine) counts once it serves again.
+        return since and len(fleet.pairs()) == HOLDERS
     sftest.wait_until(all_serving, 2 * sftest.PATIENCE, "all %d holders serving %s"
                       % (HOLDERS, what))
     pairs = fleet.pairs()
