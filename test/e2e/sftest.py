@@ -38,6 +38,7 @@ from thrift.protocol import TBinaryProtocol  # noqa: E402
 from thrift.transport import TSocket, TTransport  # noqa: E402
 
 _running = []
+_started = []  # every server started, for the logs of a failed check
 
 
 def _stop_all():
@@ -121,6 +122,7 @@ class Server:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, errors="replace")
         _running.append(self)
+        _started.append(self)
         threading.Thread(target=self._read_log, name="sf-log-%d" % id(self), daemon=True).start()
         if not self._listening.wait(timeout):
             self.stop()
@@ -377,6 +379,7 @@ class Runner:
         label = func.__name__
         started = time.time()
         before = list(_running)
+        first = len(_started)
         try:
             func(*args)
             self._stop_leftovers(before)
@@ -386,10 +389,21 @@ class Runner:
             self.failed += 1
             print("FAIL %s" % label, flush=True)
             traceback.print_exc(file=sys.stdout)
+            self._print_logs(_started[first:])
             try:
                 self._stop_leftovers(before)
             except Exception as e:
                 print("while stopping the servers it left: %s" % e)
+
+    @staticmethod
+    def _print_logs(servers, last=40):
+        """The end of the log of every server the failed check started (also those it
+        stopped itself), which is what says why a wait ran out."""
+        for server in servers:
+            status = server.proc.poll() if server.proc else None
+            print("---- snowflaked port %s (exit status %s), last %d log lines:"
+                  % (server.port, "running" if status is None else status, last))
+            print("\n".join(server.lines[-last:]))
 
     @staticmethod
     def _stop_leftovers(before):
