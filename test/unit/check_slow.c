@@ -2,7 +2,7 @@
  * server that answers slowly (a proxy delays every byte each way) and under application
  * callbacks that take their time: the lease is kept through round trips up to the limit the
  * session timeout allows, no slow callback delays a renewal, and the renewals' round trips
- * are measured. */
+ * are measured, beside a probe of ZooKeeper's own pace. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include <check.h>
 #include <inttypes.h>
@@ -57,6 +57,8 @@ typedef struct caller {
     char reason[SFZ_ERROR_MAX]; /* the first refusal's */
     int64_t longest_trip_ms;   /* the longest renewal round trip seen (sampled) */
     int64_t longest_stall_ms;  /* the longest gap between two calls */
+    int64_t longest_write_ms;  /* the longest write of the probe (zk_probe) */
+    int one_way;               /* the proxy's delay each way during the run */
 } caller;
 
 static void *caller_run(void *arg)
@@ -131,10 +133,59 @@ static bool wait_serving(sfz *h, int ms)
 #define STALL_MS 100
 
 /* What one run of calls saw, and whether it proves anything: refusals count only when no
- * round trip went past the limit and the process was never held up. */
+ * round trip went past the limit and the process was never held up. A renewal that is never
+ * answered shows in no round trip, so ZooKeeper's own pace is measured beside the holder: a
+ * write of the probe that took longer than the limit leaves the proxy's delay (a disk that
+ * stalled its fsync, a starved server) is a round trip past the limit too. */
 static bool run_undisturbed(const caller *seen, int64_t limit_ms)
 {
-    return seen->longest_trip_ms <= limit_ms && seen->longest_stall_ms < STALL_MS;
+    return seen->longest_trip_ms <= limit_ms && seen->longest_stall_ms < STALL_MS &&
+           seen->longest_write_ms + 2 * seen->one_way <= limit_ms;
+}
+
+/* A thread that writes a node of its own directly (not through the proxy) every 50 ms and
+ * notes the longest write: how long ZooKeeper itself took over the run. */
+#define PROBE_PATH "/s-probe"
+
+typedef struct zk_probe {
+    zhandle_t *zh;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_llong longest_ms;
+} zk_probe;
+
+static void *zk_probe_run(void *arg)
+{
+    zk_probe *z = arg;
+    while (!atomic_load(&z->stop)) {
+        int64_t t0 = sf_test_boot_ms();
+        zoo_set(z->zh, PROBE_PATH, "x", 1, -1); /* a failed write took its time too */
+        int64_t took = sf_test_boot_ms() - t0;
+        if (took > atomic_load(&z->longest_ms))
+            atomic_store(&z->longest_ms, took);
+        sf_test_sleep_ms(50);
+    }
+    return NULL;
+}
+
+static void zk_probe_start(zk_probe *z)
+{
+    z->zh = sf_test_zk_client(zk.hosts);
+    int rc = zoo_create(z->zh, PROBE_PATH, "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "cannot create %s: %s", PROBE_PATH,
+                  zerror(rc));
+    atomic_init(&z->stop, false);
+    atomic_init(&z->longest_ms, 0);
+    ck_assert_int_eq(pthread_create(&z->thread, NULL, zk_probe_run, z), 0);
+}
+
+/* Stops the probe; the longest write it saw. */
+static int64_t zk_probe_stop(zk_probe *z)
+{
+    atomic_store(&z->stop, true);
+    pthread_join(z->thread, NULL);
+    zookeeper_close(z->zh);
+    return atomic_load(&z->longest_ms);
 }
 
 /* Asks for ids for ms while the proxy adds one_way ms each way; *seen is what the calls got.
@@ -142,12 +193,16 @@ static bool run_undisturbed(const caller *seen, int64_t limit_ms)
 static void slow_run(sfz *h, sf_test_proxy *p, int one_way, int ms, caller *seen)
 {
     caller c;
+    zk_probe z;
+    zk_probe_start(&z);
     caller_start(&c, h);
     sf_test_sleep_ms(20);
     if (p != NULL)
         sf_test_proxy_set_delay(p, one_way, one_way);
     sf_test_sleep_ms(ms);
     caller_stop(&c, seen);
+    seen->longest_write_ms = zk_probe_stop(&z);
+    seen->one_way = p != NULL ? one_way : 0;
     if (p != NULL)
         sf_test_proxy_set_delay(p, 0, 0);
 }
@@ -165,15 +220,17 @@ static void slow_run(sfz *h, sf_test_proxy *p, int one_way, int ms, caller *seen
             ck_assert_msg(seen_.refused == 0 || !calm_, "%s: %" PRIu64 " calls refused (%"   \
                           PRIu64 " served), the first %" PRId64 " ms after the first id, "  \
                           "with every renewal within %" PRId64 " ms (the longest %" PRId64  \
-                          " ms): %s", (what), seen_.refused, seen_.ok,                      \
+                          " ms; ZooKeeper's longest write %" PRId64 " ms): %s", (what),     \
+                          seen_.refused, seen_.ok,                                           \
                           seen_.first_refused_at - seen_.first_ok_at, (int64_t)(limit_ms),  \
-                          seen_.longest_trip_ms, seen_.reason);                              \
+                          seen_.longest_trip_ms, seen_.longest_write_ms, seen_.reason);      \
             if (seen_.refused == 0)                                                          \
                 break;                                                                       \
             fprintf(stderr, "%s: run %d refused %" PRIu64 " calls, but the machine stalled " \
                     "(longest round trip %" PRId64 " ms, limit %" PRId64 "; held up %"      \
-                    PRId64 " ms)%s\n", (what), run_, seen_.refused, seen_.longest_trip_ms,   \
-                    (int64_t)(limit_ms), seen_.longest_stall_ms,                             \
+                    PRId64 " ms; ZooKeeper's longest write %" PRId64 " ms)%s\n", (what),   \
+                    run_, seen_.refused, seen_.longest_trip_ms, (int64_t)(limit_ms),         \
+                    seen_.longest_stall_ms, seen_.longest_write_ms,                          \
                     run_ < RUNS ? ": again" : ": too busy to tell, every run disturbed");    \
             if (run_ == RUNS)                                                                \
                 break;                                                                       \

@@ -15,7 +15,7 @@ zhandle_t *sf_test_zk_client(const char *hosts)
 {
     zhandle_t *zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
     ck_assert_ptr_nonnull(zh);
-    for (int i = 0; i < 100 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
+    for (int i = 0; i < 1200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) /* 60 s */
         sf_test_sleep_ms(50);
     ck_assert_int_eq(zoo_state(zh), ZOO_CONNECTED_STATE);
     return zh;
