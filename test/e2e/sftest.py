@@ -38,7 +38,7 @@ from thrift.protocol import TBinaryProtocol  # noqa: E402
 from thrift.transport import TSocket, TTransport  # noqa: E402
 
 _running = []
-_started = []  # every server started, for the logs of a failed check
+_started = []  # the servers the running check started, for its logs should it fail
 
 
 def _stop_all():
@@ -161,6 +161,7 @@ class Server:
             if m and self.port is None:
                 self.port = int(m.group(1))
                 self._listening.set()
+        self.proc.stderr.close()  # the server is gone: its descriptor goes now, not at GC
 
     def _wait_admin(self, timeout):
         deadline = time.time() + timeout
@@ -379,7 +380,9 @@ class Runner:
         label = func.__name__
         started = time.time()
         before = list(_running)
-        first = len(_started)
+        # Only this check's: a list kept over a whole suite would keep every server's log
+        # pipe open, and a suite starts more servers than 1,024 descriptors allow.
+        del _started[:]
         try:
             func(*args)
             self._stop_leftovers(before)
@@ -389,7 +392,7 @@ class Runner:
             self.failed += 1
             print("FAIL %s" % label, flush=True)
             traceback.print_exc(file=sys.stdout)
-            self._print_logs(_started[first:])
+            self._print_logs(list(_started))
             try:
                 self._stop_leftovers(before)
             except Exception as e:
