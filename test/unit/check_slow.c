@@ -135,8 +135,8 @@ static bool wait_serving(sfz *h, int ms)
 /* What one run of calls saw, and whether it proves anything: refusals count only when no
  * round trip went past the limit and the process was never held up. A renewal that is never
  * answered shows in no round trip, so ZooKeeper's own pace is measured beside the holder: a
- * write of the probe that took longer than the limit leaves the proxy's delay (a disk that
- * stalled its fsync, a starved server) is a round trip past the limit too. */
+ * probe's write that took longer than the limit less the proxy's delay both ways (a disk
+ * that stalled its fsync, a starved server) counts as a round trip past the limit too. */
 static bool run_undisturbed(const caller *seen, int64_t limit_ms)
 {
     return seen->longest_trip_ms <= limit_ms && seen->longest_stall_ms < STALL_MS &&
