@@ -167,18 +167,27 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
     }
 }
 
+/* Thread 0 closes the listening socket. The stats say it stopped before the close, so
+ * that whoever finds connects refused (a check, a load balancer asking /health) never
+ * reads that the port still listens. */
+static void sf_thread_close_listener(sf_thread *t)
+{
+    sf_server *s = t->server;
+    if (s->listening)
+        sf_loop_remove_ready(&t->loop, &t->listener);
+    s->listening = false;
+    sf_server_note_listening(s, false);
+    close(s->listen_fd);
+    s->listen_fd = -1;
+}
+
 /* Begins a graceful stop on this thread: answers what has arrived and
  * leaves only connections with output still to send. */
 static void sf_thread_begin_drain(sf_thread *t)
 {
     sf_server *s = t->server;
     if (t->index == 0 && s->listen_fd >= 0) {
-        if (s->listening)
-            sf_loop_remove_ready(&t->loop, &t->listener);
-        close(s->listen_fd);
-        s->listen_fd = -1;
-        s->listening = false;
-        sf_server_note_listening(s, false);
+        sf_thread_close_listener(t);
     }
     sf_conn *next;
     for (sf_conn *c = t->conns; c != NULL; c = next) {
@@ -228,11 +237,7 @@ static void sf_thread_sync_listener(sf_thread *t, int64_t now)
     if (want == s->listening && (want || s->listen_fd >= 0))
         return;
     if (!want && s->listening) {
-        sf_loop_remove_ready(&t->loop, &t->listener);
-        close(s->listen_fd);
-        s->listen_fd = -1;
-        s->listening = false;
-        sf_server_note_listening(s, false);
+        sf_thread_close_listener(t);
         s->listen_paused = false; /* an accept back-off ends with the listener */
         g_message("stopped accepting connections on port %d", s->port);
     }

@@ -775,6 +775,33 @@ START_TEST(test_port_follows_listening)
 }
 END_TEST
 
+/* The statistics (and the admin health built on them) never say the port listens once
+ * connects are refused: thread 0 publishes that it stopped before it closes the socket.
+ * Many rounds, each asking at the first refusal, so a window between the two is found;
+ * 10 s for thread 0 to act, as a loaded machine may need. */
+START_TEST(test_stats_never_claim_a_closed_port)
+{
+    sf_server_free(server);
+    free_handler();
+    start_server_full(1000, true);
+    for (int round = 0; round < 300; round++) {
+        sf_server_set_listening(server, true);
+        ck_assert_msg(sf_server_wait_listening(server, 10000), "round %d: never listening", round);
+        ck_assert_msg(connect_errno() == 0, "round %d: the stats say listening, connects fail",
+                      round);
+        sf_server_set_listening(server, false);
+        gint64 until = g_get_monotonic_time() + 10 * G_TIME_SPAN_SECOND;
+        while (connect_errno() != ECONNREFUSED)
+            ck_assert_msg(g_get_monotonic_time() < until, "round %d: connects still accepted",
+                          round);
+        sf_server_stats ss;
+        sf_server_get_stats(server, &ss);
+        ck_assert_msg(!ss.listening, "round %d: connects refused, the stats still say listening",
+                      round);
+    }
+}
+END_TEST
+
 /* Feeds the admin endpoint from the test's handler and server. */
 static void collect_for_test(sf_admin_snapshot *snap, void *ctx)
 {
@@ -881,6 +908,7 @@ static Suite *server_suite(void)
     tcase_add_test(tc, test_max_connections);
     tcase_add_test(tc, test_graceful_stop_answers_received_frames);
     tcase_add_test(tc, test_port_follows_listening);
+    tcase_add_test(tc, test_stats_never_claim_a_closed_port);
     tcase_add_test(tc, test_admin_endpoints);
     suite_add_tcase(s, tc);
     return s;
