@@ -339,6 +339,10 @@ def discovery_follows_joins_fences_and_leaves():
             wait_until(lambda: d.ask("id").split()[0] == "ok", sftest.PATIENCE, "an id from a")
             b = registered(path, 2)
             wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "b listed")
+            # Listed as soon as its worker node exists, while its first start may still be
+            # reading the floor: frozen then, that start fails (claim_retries = 0) and the
+            # node exits instead of coming back. Only a node that serves is fenced here.
+            wait_until(lambda: sftest.gives_an_id(b), sftest.PATIENCE, "b serving")
             os.kill(b.proc.pid, signal.SIGSTOP)  # past its session: fenced, its node goes
             try:
                 wait_until(lambda: d.servers()[0] == 1, sftest.PATIENCE, "the fenced node unlisted")
