@@ -168,7 +168,7 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
 }
 
 /* Thread 0 closes the listening socket. The stats say it stopped before the close, so
- * that whoever finds connects refused (a check, a load balancer asking /health) never
+ * that whoever finds connects refused (a check, a scrape of the `listening` gauge) never
  * reads that the port still listens. */
 static void sf_thread_close_listener(sf_thread *t)
 {

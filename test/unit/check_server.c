@@ -775,7 +775,7 @@ START_TEST(test_port_follows_listening)
 }
 END_TEST
 
-/* The statistics (and the admin health built on them) never say the port listens once
+/* The statistics (and the `listening` gauge built on them) never say the port listens once
  * connects are refused: thread 0 publishes that it stopped before it closes the socket.
  * Many rounds, each asking at the first refusal, so a window between the two is found;
  * 10 s for thread 0 to act, as a loaded machine may need. */
