@@ -750,22 +750,31 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
 }
 END_TEST
 
-/* One holder of the fleet below: its handle, how its start ended, the sessions it opened. */
+/* One holder of the fleet below: its handle, how its start ended, and what it logged while
+ * starting: the sessions it opened and the tries it made again. */
 typedef struct fleet_holder {
     sfz_options o;
     sfz *h;
     int rc;
+    int started; /* set once sfz_start returned: later lines are not the start's */
     int sessions;
+    int retries;
     int64_t took_ms;
     sfz_error err;
 } fleet_holder;
 
+/* Counts a start's sessions and retries. A session lost on a busy machine is replaced
+ * (a retry, or once serving, a new session); a path full is passed over on the same one. */
 static void fleet_log(void *ctx, const char *level, const char *message)
 {
     fleet_holder *f = ctx;
     (void)level;
+    if (__atomic_load_n(&f->started, __ATOMIC_ACQUIRE))
+        return;
     if (strstr(message, "ZooKeeper session 0x") != NULL)
         __atomic_add_fetch(&f->sessions, 1, __ATOMIC_RELAXED);
+    if (strstr(message, "trying again in") != NULL)
+        __atomic_add_fetch(&f->retries, 1, __ATOMIC_RELAXED);
 }
 
 static void *fleet_start(void *arg)
@@ -774,13 +783,15 @@ static void *fleet_start(void *arg)
     int64_t t0 = sf_test_boot_ms();
     f->rc = sfz_start(&f->o, &f->h, &f->err);
     f->took_ms = sf_test_boot_ms() - t0;
+    __atomic_store_n(&f->started, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
 /* 128 holders started at once over 4 datacenter paths of 32 ids: every (datacenter, worker)
  * pair taken, none twice, each holder serving ids of its own pair; each start on one
  * ZooKeeper session, whichever datacenter it ends in (a full one is passed over, not
- * reconnected for); all serving within a generous bound. ZooKeeper takes every connection
+ * reconnected for), but for one more per retry (a busy machine may let a session expire
+ * while it starts); all serving within a generous bound. ZooKeeper takes every connection
  * from this one address (maxClientCnxns = 0: its default of 60 would refuse the 61st). */
 START_TEST(fleet_of_128_claims_in_parallel)
 {
@@ -822,7 +833,11 @@ START_TEST(fleet_of_128_claims_in_parallel)
         int64_t dc = sfz_datacenter_id(f->h), w = sfz_worker_id(f->h), id;
         twice += held[dc][w];
         held[dc][w] = true;
-        reconnected += f->sessions != 1;
+        if (f->sessions < 1 || f->sessions > 1 + f->retries) {
+            if (reconnected++ == 0)
+                fprintf(stderr, "fleet: holder %d: %d sessions, %d retries while starting\n",
+                        i, f->sessions, f->retries);
+        }
         sfz_error err;
         if (sfz_next_id(f->h, &id, &err) != SFZ_OK || worker_of(id) != w ||
             ((id >> SF_DATACENTER_ID_SHIFT) & SF_MAX_DATACENTER_ID) != dc)
@@ -836,8 +851,8 @@ START_TEST(fleet_of_128_claims_in_parallel)
     ck_assert_msg(failed == 0, "%d of %d starts failed", failed, N);
     ck_assert_msg(twice == 0, "%d pairs held twice", twice);
     ck_assert_msg(wrong == 0, "%d holders made no id of their own pair", wrong);
-    ck_assert_msg(reconnected == 0, "%d starts opened more than one ZooKeeper session",
-                  reconnected);
+    ck_assert_msg(reconnected == 0, "%d starts opened more ZooKeeper sessions than one and one "
+                  "per retry", reconnected);
     ck_assert_msg(all_ms < 90000, "%d holders took %" PRId64 " ms to serve", N, all_ms);
 }
 END_TEST
