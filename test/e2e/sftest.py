@@ -481,5 +481,5 @@ class ZooKeeper:
         """A started kazoo client (Debian's python3-kazoo)."""
         from kazoo.client import KazooClient
         zk = KazooClient(hosts=self.hosts, timeout=10)
-        zk.start(timeout=10)
+        zk.start(timeout=PATIENCE)  # a loaded ZooKeeper may take seconds to answer
         return zk

@@ -150,7 +150,7 @@ def test_io_uring_refused_where_forbidden():
     argv = [NO_URING, sftest.SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0",
             "--admin-port", "0", "--worker-id", "1"] + loop_args("io_uring")
     proc = subprocess.run(argv, env=sftest.clean_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=20)
+                          capture_output=True, text=True, timeout=sftest.PATIENCE)
     assert proc.returncode != 0, "served without io_uring:\n" + proc.stderr
     for words in ("event_loop = io_uring", "Operation not permitted", "epoll or auto"):
         assert words in proc.stderr, "%r not named:\n%s" % (words, proc.stderr)
@@ -160,7 +160,7 @@ def test_io_uring_refused_where_forbidden():
 def test_unknown_loop_refused():
     argv = [sftest.SNOWFLAKED, "--port", "0", "--admin-port", "0"] + loop_args("kqueue")
     proc = subprocess.run(argv, env=sftest.clean_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=20)
+                          capture_output=True, text=True, timeout=sftest.PATIENCE)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "[snowflake] event_loop = 'kqueue'" in proc.stderr, proc.stderr
     assert "auto, epoll or io_uring" in proc.stderr, proc.stderr

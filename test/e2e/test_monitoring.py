@@ -652,7 +652,7 @@ def ops_tool_watch_redraws():
             # Its start (Python, kazoo, the session) may take seconds on a busy machine: wait
             # for the second table, then interrupt it.
             marker = "snowflake-zk list %s at " % path
-            lines, deadline = [], time.time() + 30
+            lines, deadline = [], time.time() + sftest.PATIENCE
             while time.time() < deadline and "".join(lines).count(marker) < 2:
                 line = p.stdout.readline()
                 if not line:

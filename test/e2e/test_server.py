@@ -449,7 +449,7 @@ def run_config(args, env=None):
     """Runs snowflaked expecting it to refuse its settings: (status, stderr)."""
     argv = [sftest.SNOWFLAKED, "--bind", "127.0.0.1", "--port", "0", "--admin-port", "0"] + args
     proc = subprocess.run(argv, env=sftest.clean_env(env), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=10)
+                          capture_output=True, text=True, timeout=sftest.PATIENCE)
     return proc.returncode, proc.stderr
 
 

@@ -356,7 +356,7 @@ def deeply_nested_peer_reply():
         zk.create("/nestpeer/4", ("127.0.0.1:%d" % port).encode(), ephemeral=True, makepath=True)
         s = zk_server("/nestpeer", worker_id=1,
                       extra=["--set", "snowflake.thrift_server_threads=1"]).start()
-        rc = s.wait_exit(20)
+        rc = s.wait_exit(sftest.PATIENCE)
         assert rc is not None and rc > 0, "exit status %r (negative: a signal); log:\n%s" % (
             rc, s.log())
         assert "nested more than 64" in s.log(), s.log()
@@ -464,7 +464,7 @@ def mixed_fleet_with_embedded_holder():
             rc, out_inspect = zk_tool("--path", "/mixed", "inspect", "0")
             assert rc == 0 and "embedded, pid %d" % e.pid in out_inspect, out_inspect
             e.send_signal(signal.SIGTERM)
-            assert e.wait(15) == 0, open(os.path.join(out, "embedded.log")).read()
+            assert e.wait(sftest.PATIENCE) == 0, open(os.path.join(out, "embedded.log")).read()
             rc, out_list = zk_tool("--path", "/mixed", "list")
             assert rc == 0 and "embedded" not in out_list, out_list
             ids = [f for f in os.listdir(out) if f.endswith(".ids")]

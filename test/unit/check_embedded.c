@@ -663,7 +663,8 @@ START_TEST(startup_sleep_holds_without_serving)
     sfz_state st = {0};
     int64_t id;
     sfz_error err;
-    for (int64_t end = sf_test_boot_ms() + 5000; sf_test_boot_ms() < end; sf_test_sleep_ms(20)) {
+    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS; sf_test_boot_ms() < end;
+         sf_test_sleep_ms(20)) {
         sfz_get_state(job.h, &st);
         if (st.worker_id >= 0)
             break;
@@ -1040,7 +1041,8 @@ START_TEST(fork_child_is_refused_and_starts_its_own)
     char c = 0;
     struct pollfd pfd = {done[0], POLLIN, 0};
     bool reported = poll(&pfd, 1, 60000) == 1 && read(done[0], &c, 1) == 1 && c == 'r';
-    bool stopped = reported && poll(&pfd, 1, 30000) == 1 && read(done[0], &c, 1) == 1 && c == 's';
+    bool stopped = reported && poll(&pfd, 1, SF_TEST_PATIENCE_MS) == 1 && read(done[0], &c, 1) == 1 &&
+                   c == 's';
     if (!stopped)
         kill(pid, SIGKILL);
     int status = 0;

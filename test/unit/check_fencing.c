@@ -115,14 +115,14 @@ static pause_outcome pause_scenario(sf_test_ensemble *e, zhandle_t *leader, cons
     int fd = -1;
     pid_t child = lease_child_start(e->member3_hosts, path, worker_id, session_ms, &fd);
     lease_event ev;
-    out.served = lease_child_next(fd, 10000, &ev);
+    out.served = lease_child_next(fd, SF_TEST_PATIENCE_MS, &ev);
     if (out.served) {
         out.longest_until = ev.until;
         for (int64_t end = sf_test_boot_ms() + 1000; sf_test_boot_ms() < end;)
             if (lease_child_next(fd, 100, &ev) && ev.until > out.longest_until)
                 out.longest_until = ev.until;
         /* Paused right after a renewal: the leader heard of that one. */
-        out.served = lease_child_next(fd, 2000, &ev);
+        out.served = lease_child_next(fd, SF_TEST_PATIENCE_MS, &ev);
         kill(child, SIGSTOP);
         if (ev.until > out.longest_until)
             out.longest_until = ev.until;
@@ -133,7 +133,7 @@ static pause_outcome pause_scenario(sf_test_ensemble *e, zhandle_t *leader, cons
         sf_test_ensemble_cut_member3(e);
         if (renewed && ev.until > out.longest_until)
             out.longest_until = ev.until;
-        out.gone = sf_test_wait_gone(leader, node, 15000);
+        out.gone = sf_test_wait_gone(leader, node, SF_TEST_PATIENCE_MS);
         out.gone_at = sf_test_boot_ms();
         while (lease_child_next(fd, 500, &ev))
             if (ev.until > out.longest_until)
