@@ -238,14 +238,16 @@ def a_moment_with_no_node_serving_is_ridden_out():
     once) costs a call time, not an error: it tries the nodes again until its deadline."""
     port = sftest.free_port()
     srv = None
-    with Drive("--servers", "127.0.0.1:%d" % port, "--timeout-ms", "8000") as d:
+    # A deadline long enough for the node's start on a loaded machine (it can take seconds).
+    deadline_ms = int(2 * sftest.PATIENCE * 1000)
+    with Drive("--servers", "127.0.0.1:%d" % port, "--timeout-ms", str(deadline_ms)) as d:
         try:
             answer = []
             asking = threading.Thread(target=lambda: answer.append(d.ask("id")))
             asking.start()
             time.sleep(0.5)  # the call has found the node's port closed
             srv = node(10, args=["--port", str(port)])
-            asking.join(15)
+            asking.join(2 * sftest.PATIENCE)
             assert answer and answer[0].split()[0] == "ok", answer
             ms = int(answer[0].split()[-1].split("=")[1])
             assert ms >= 400, "the call had nothing to wait for: %r" % answer
