@@ -169,7 +169,7 @@ def serving_on(server, worker_id, timeout=sftest.PATIENCE):
 def port_refused_until_serving():
     """During start-up (here startup_sleep_ms) the port refuses connections and /health
     says why; once the node serves, the legacy client gets its ids."""
-    s = node("/dropin-start", 3, ZK.hosts, extra=["--set", "snowflake.startup_sleep_ms=2000"])
+    s = node("/dropin-start", 3, ZK.hosts, extra=["--set", "snowflake.startup_sleep_ms=8000"])
     s.start()
     try:
         s.wait_for(r"waiting startup_sleep_ms")

@@ -16,7 +16,7 @@ from sftest import Server, ServiceUnavailable, decode
 from thrift.transport import TTransport
 
 SESSION_MS = 2000
-SLEEP_MS = 1500
+SLEEP_MS = 6000  # long enough that a loaded machine still finds the node asleep
 ZK = sftest.ZooKeeper()
 
 
@@ -80,7 +80,7 @@ def gets_no_id(server):
     return not sftest.gives_an_id(server, "notifytest")
 
 
-def worker_of_next_id(server, within=1.0):
+def worker_of_next_id(server, within=sftest.PATIENCE):
     """The worker id of an id from server, asked until one comes or `within` seconds pass.
     A registered node opens its closed port on its event loop just after it decides to
     serve (and says so), so the first connects may still be refused."""
@@ -114,8 +114,8 @@ def standalone_ready_when_listening_and_stopping_on_sigterm():
 
 def registered_ready_after_startup_sleep_and_status_follows_fencing():
     """Registered in ZooKeeper: no READY=1 during startup_sleep_ms (no ids then: refused,
-    or the port closed); READY=1 arrives at least startup_sleep_ms after the claim, and
-    get_id answers within a second (the port opens on the event loop); with ZooKeeper stopped past the session timeout STATUS says fenced and
+    or the port closed); READY=1 arrives after startup_sleep_ms, and get_id then
+    answers (the port opens on the event loop); with ZooKeeper stopped past the session timeout STATUS says fenced and
     why, and no ids are handed out; with it back STATUS says serving again, and READY=1 is
     never sent twice."""
     n = NotifySocket()
@@ -133,7 +133,9 @@ def registered_ready_after_startup_sleep_and_status_follows_fencing():
         assert "READY=1" not in n.texts(), n.texts()
         i, ready_at, _ = n.wait_for(lambda m: m == "READY=1", sftest.PATIENCE)
         waited = ready_at - sleep_began
-        assert waited >= (SLEEP_MS - 100) / 1000.0, "READY=1 %.2f s into a %d ms sleep" % (
+        # sleep_began is when this test saw the line, which a loaded machine delays: half
+        # the sleep still tells READY=1 after it from READY=1 at the claim.
+        assert waited >= SLEEP_MS / 2000.0, "READY=1 %.2f s into a %d ms sleep" % (
             waited, SLEEP_MS)
         assert worker_of_next_id(s) == 3
         assert n.texts()[i - 1] == "STATUS=serving as worker id 3", n.texts()

@@ -133,7 +133,7 @@ def ids_refused_until_startup_sleep_ends():
     node answers its worker id (peers may check it) but refuses get_id with
     ServiceUnavailable; then it serves."""
     s = zk_server("/sleep", worker_id=3,
-                  extra=["--set", "snowflake.startup_sleep_ms=1500"] + TYPED).start()
+                  extra=["--set", "snowflake.startup_sleep_ms=8000"] + TYPED).start()
     s.wait_for(r"waiting startup_sleep_ms")
     with s.client() as api:
         assert api.get_worker_id() == 3

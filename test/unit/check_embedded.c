@@ -661,7 +661,7 @@ START_TEST(startup_sleep_holds_without_serving)
 {
     sfz_options o;
     test_options(&o, zk.hosts, "/e-sleep");
-    o.startup_sleep_ms = 1500;
+    o.startup_sleep_ms = 8000; /* long enough that a loaded machine still finds it asleep */
     run_job job = {0};
     ck_assert_msg(sfz_prepare(&o, &job.h, &job.err) == SFZ_OK, "%s", job.err.message);
     pthread_t t;
