@@ -471,6 +471,17 @@ class ZooKeeper:
         subprocess.run(["sh", self.script, "stop", self.dir], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=30)
 
+    def freeze(self, seconds):
+        """Stops the server (SIGSTOP) for seconds, as a long collection pause or a loaded
+        host would, and always lets it run again."""
+        with open(os.path.join(self.dir, "pid")) as f:
+            pid = int(f.read())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     def remove(self):
         """Stops the server and deletes its data."""
         import shutil

@@ -707,6 +707,35 @@ def ops_tool_watch_json_lines():
         srv.stop()
 
 
+def ops_tool_watch_rides_out_a_zookeeper_stall():
+    """snowflake-zk list --watch --json goes on drawing after ZooKeeper stood still for 2 s
+    (a collection pause, an election, a loaded host): a stall shorter than the tool's
+    session delays a table, it does not end the command."""
+    path = "/mon-watch-stall"
+    zk = ZK.client()
+    try:
+        zk.ensure_path(path)
+    finally:
+        zk.stop()
+    p = subprocess.Popen([PY, TOOL, "--zookeeper", ZK.hosts, "--path", path, "--json",
+                          "list", "--watch"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = p.stdout.readline()  # it draws before the stall
+        assert first.strip(), "no first table: %s" % p.stderr.read()
+        ZK.freeze(2.0)
+        after = [p.stdout.readline() for _ in range(3)]
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=sftest.PATIENCE)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 0 and "Traceback" not in err, (p.returncode, err)
+    docs = [json.loads(line) for line in [first] + after if line.strip()]
+    assert len(docs) == 4 and all(d["path"] == path for d in docs), (docs, err)
+
+
 def main():
     sftest.require_server()
     sftest.require_zookeeper_client()
@@ -732,6 +761,7 @@ def main():
     r.run(fleet_page_in_chromium)
     r.run(ops_tool_watch_redraws)
     r.run(ops_tool_watch_json_lines)
+    r.run(ops_tool_watch_rides_out_a_zookeeper_stall)
     r.finish()
 
 
