@@ -437,6 +437,29 @@ def ops_tool_against_live_holders():
         s.stop()
 
 
+def ops_tool_check_times_each_answer():
+    """check compares each holder's clock with ours at the moment it answered: a live
+    holder asked before one that never answers (its 3 s timeout) is not reported 3 s
+    behind with --max-skew-ms 2000; the silent one is reported as not answering."""
+    a = zk_server("/ops-slow", worker_id=1).start()
+    silent = socket.socket()  # accepts connections (the kernel does) and never answers
+    zk = ZK.client()
+    try:
+        serving(a)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        zk.create("/ops-slow/2", b"127.0.0.1:%d" % silent.getsockname()[1], ephemeral=True)
+        rc, out = zk_tool("--path", "/ops-slow", "check", "--max-skew-ms", "2000",
+                          "--timeout-ms", "3000")
+        assert rc == 1 and "worker id 2: 127.0.0.1:%d does not answer" % silent.getsockname()[1] \
+            in out, out
+        assert "clock is" not in out, out
+    finally:
+        zk.stop()
+        silent.close()
+        a.stop()
+
+
 def mixed_fleet_with_embedded_holder():
     """A program on libsnowflake-zk (test/tools/chaos_embedded) and daemons share one
     worker_id_path: the automatic claim skips the embedded holder's id, a daemon's peer
@@ -644,6 +667,7 @@ def main():
     r.run(stale_node_of_restarted_peer)
     r.run(restart_safety_waits_or_refuses)
     r.run(ops_tool_against_live_holders)
+    r.run(ops_tool_check_times_each_answer)
     r.run(ops_tool_finds_split_worker_ids)
     r.run(mixed_fleet_with_embedded_holder)
     r.run(embedded_clock_30_seconds_ahead)
