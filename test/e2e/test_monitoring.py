@@ -191,8 +191,15 @@ class OpsServe:
         env = dict(os.environ, top_builddir=sftest.TOP_BUILDDIR)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True, env=env)
-        self.first = self.proc.stdout.readline()  # printed once it listens
-        assert "snowflake-zk serve: the fleet page" in self.first, self.first + self._rest()
+        # Its line once it listens; kazoo may log a dropped connection before it (stderr is
+        # here too), and the tool goes on. End of output means it exited.
+        before = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line or "snowflake-zk serve: the fleet page" in line:
+                break
+            before.append(line)
+        assert line, "".join(before) + self._rest()
         self.url = "http://127.0.0.1:%d" % self.port
 
     def _rest(self):

@@ -88,11 +88,16 @@ def dead_port():
 
 
 def zk_tool(*args):
-    """Runs scripts/snowflake-zk against the test's ZooKeeper: (exit status, output)."""
+    """Runs scripts/snowflake-zk against the test's ZooKeeper: (exit status, output). The
+    holders it asks are live, but may be slow to answer on a loaded machine: it waits for
+    them as long as the tests wait for anything. Its messages (and kazoo's, on a dropped
+    connection) follow its output only when it fails, so that --json output parses."""
     tool = os.path.join(sftest.TOP_SRCDIR, "scripts", "snowflake-zk")
-    out = subprocess.run([PY, tool, "--zookeeper", ZK.hosts] + list(args),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
-    return out.returncode, out.stdout
+    out = subprocess.run([PY, tool, "--zookeeper", ZK.hosts,
+                          "--timeout-ms", "%d" % (sftest.PATIENCE * 500)] + list(args),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=4 * sftest.PATIENCE)
+    return out.returncode, out.stdout + (out.stderr if out.returncode else "")
 
 
 def static_claim_conflict_and_sigterm():
