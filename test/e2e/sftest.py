@@ -461,7 +461,7 @@ class ZooKeeper:
 
     def start(self):
         out = subprocess.run(["sh", self.script, "start", self.dir], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, timeout=60)
+                             stderr=subprocess.PIPE, text=True, timeout=180)
         if out.returncode != 0:
             raise AssertionError("ZooKeeper did not start: %s" % out.stderr)
         self.hosts = out.stdout.strip().splitlines()[-1]
