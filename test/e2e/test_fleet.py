@@ -102,14 +102,15 @@ def assert_all_serving_distinct(fleet, since_ms, what):
 def assert_epoch_not_written_per_claim(zk):
     """Each path's record ("epoch_ms MS" in PATH-state) was written by its first holder, not
     once per claim. A claim writes it again only for a stamp it could not get from a node of
-    its own (its create's answer lost with the connection, which a busy machine can make):
-    a few writes at most, where one per claim would be 32 and more."""
+    its own (its create's answer lost with the connection, which a busy machine can make
+    more often): a quarter of the path's claims at most, where one per claim would be 32
+    and more."""
     for d in range(PATHS):
         data, stat = zk.get("/fleet-dc%d-state" % d)
         assert data == b"epoch_ms %d" % sftest.TWITTER_EPOCH_MS, data
-        assert 1 <= stat.version <= 4, ("/fleet-dc%d-state was written %d times by %d "
-                                        "holders (once is enough: the others read it)"
-                                        % (d, stat.version, HOLDERS // PATHS))
+        assert 1 <= stat.version <= HOLDERS // PATHS // 4, (
+            "/fleet-dc%d-state was written %d times by %d holders (once is enough: the others "
+            "read it)" % (d, stat.version, HOLDERS // PATHS))
 
 
 def cold_start_then_every_session_lost():
