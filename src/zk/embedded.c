@@ -79,12 +79,13 @@ static sf_worker *sfz_worker_for(sfz *h, int64_t id, sf_error *err)
     return w;
 }
 
-/* Records a transition: the state, the descriptor made readable, the application told. */
+/* Records a transition: the state, the descriptor made readable, the application told.
+ * After sfz_shut there is none: its state and reason have the last word. */
 static void sfz_set_state(sfz *h, bool serving, const char *reason)
 {
     sfz_state copy;
     pthread_mutex_lock(&h->lock);
-    if (serving && h->shut) { /* sfz_shut came after the gate opened: it has the last word */
+    if (h->shut) {
         pthread_mutex_unlock(&h->lock);
         return;
     }
@@ -118,8 +119,12 @@ static void sfz_on_state(void *ctx, bool serving, int64_t worker_id, int64_t flo
             snprintf(why, sizeof why, "cannot create the id worker: %s", err.message);
         const char *because = serving ? why : reason != NULL ? reason : "not serving";
         /* Shut at once: the skew check may hold the transition while the application
-         * hears of its verdict, and nothing may delay a fence. */
-        sf_fence_close(h->fence, because);
+         * hears of its verdict, and nothing may delay a fence. After sfz_shut the fence is
+         * closed already, with the reason the application gave, which stays. */
+        pthread_mutex_lock(&h->lock);
+        if (!h->shut)
+            sf_fence_close(h->fence, because);
+        pthread_mutex_unlock(&h->lock);
         pthread_mutex_lock(&h->transition);
         sfz_set_state(h, false, because);
         pthread_mutex_unlock(&h->transition);

@@ -656,6 +656,62 @@ START_TEST(shut_refuses_for_good)
 }
 END_TEST
 
+/* The refusal's reason and the state's after sfz_shut while the handle then loses
+ * ZooKeeper (a fence of its own) and gets it back (a claim again): still the shut's, as the
+ * header promises ("refuses every id from now on with reason"). */
+static void assert_still_shut(sfz *h, const char *when)
+{
+    int64_t id;
+    sfz_error err;
+    sfz_state st;
+    ck_assert_int_eq(sfz_next_id(h, &id, &err), SFZ_ERR_FENCED);
+    ck_assert_msg(strcmp(err.message, "draining for a stop") == 0, "%s: refused with \"%s\"",
+                  when, err.message);
+    sfz_get_state(h, &st);
+    ck_assert_msg(!st.serving && strcmp(st.reason, "draining for a stop") == 0,
+                  "%s: state serving %d, reason \"%s\"", when, st.serving, st.reason);
+}
+
+START_TEST(shut_outlives_a_fence_and_a_new_claim)
+{
+    sf_test_proxy *px = sf_test_proxy_start(atoi(strchr(zk.hosts, ':') + 1));
+    ck_assert_ptr_nonnull(px);
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", sf_test_proxy_port(px));
+    sf_test_message_log fenced = {PTHREAD_MUTEX_INITIALIZER, "disconnected from ZooKeeper", 0};
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, hosts, "/e-shut-fence");
+    o.log = sf_test_count_messages;
+    o.log_ctx = &fenced;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    sfz_shut(h, "draining for a stop");
+    assert_still_shut(h, "shut");
+    sf_test_proxy_set_mode(px, SF_PROXY_BLACKHOLE); /* until the handle fences */
+    int matching = 0;
+    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS;
+         matching == 0 && sf_test_boot_ms() < end; sf_test_sleep_ms(50)) {
+        pthread_mutex_lock(&fenced.mu);
+        matching = fenced.matching;
+        pthread_mutex_unlock(&fenced.mu);
+    }
+    ck_assert_msg(matching > 0, "the handle never fenced without ZooKeeper");
+    assert_still_shut(h, "fenced");
+    sf_test_proxy_set_mode(px, SF_PROXY_FORWARD); /* a session again, the id claimed again */
+    sfz_renewals before, now;
+    sfz_get_renewals(h, &before);
+    now = before;
+    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS;
+         now.confirmed < before.confirmed + 2 && sf_test_boot_ms() < end; sf_test_sleep_ms(50))
+        sfz_get_renewals(h, &now);
+    ck_assert_msg(now.confirmed >= before.confirmed + 2, "no renewal after ZooKeeper came back");
+    assert_still_shut(h, "ZooKeeper back");
+    sfz_stop(h);
+    sf_test_proxy_stop(px);
+}
+END_TEST
+
 /* During startup_sleep_ms the id is held (the state says which) but no id is handed out. */
 START_TEST(startup_sleep_holds_without_serving)
 {
@@ -1276,6 +1332,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, health_names_a_paused_zookeeper);
     tcase_add_test(tc, frozen_past_the_session_refuses_on_waking);
     tcase_add_test(tc, shut_refuses_for_good);
+    tcase_add_test(tc, shut_outlives_a_fence_and_a_new_claim);
     tcase_add_test(tc, automatic_datacenter_takes_the_lowest_free_pair);
     tcase_add_test(tc, automatic_datacenter_options_are_checked);
     tcase_add_test(tc, startup_sleep_holds_without_serving);
