@@ -6,12 +6,15 @@ InvalidSystemClock), no retry of the caller's own errors, deadlines with every n
 discovery following nodes that join, fence and leave, the prefetch buffer's age bound, a node
 whose name does not resolve in time, the options sfc_open refuses, and the CLI's --servers,
 --zookeeper and watch. Every process is stopped however the test ends."""
+import array
+import fcntl
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import termios
 import threading
 import time
 
@@ -22,12 +25,20 @@ from test_clock import FAKETIME_LIB, FakeClock
 DRIVE = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "client_drive")
 DRIVE_COUNTED = DRIVE + "_counted"  # counts the pool's locks: the `locks` command
 ZK = sftest.ZooKeeper()
-SESSION_MS = 2000
+# A registered node's session: one a busy machine does not let run out. With 1-2 s a node
+# fences for a moment whenever ZooKeeper answers slowly, and a check that found it serving
+# then meets a closed port. The node a check freezes past its session has a shorter one, so
+# that the freeze is short.
+SESSION_MS = 10000
+FROZEN_SESSION_MS = 4000
+# The deadline of calls in checks that are not about deadlines: long enough for a node on a
+# busy machine to answer, so that an error is the client's fault and not the machine's.
+CALL_MS = 10000
 SF_ERR_REFUSED, SF_ERR_CLOCK, SF_ERR_UNAVAILABLE = -3, -4, -5
 # What a call may take beyond its deadline here: scheduling on a busy machine (a woken
 # thread waiting for a core) adds to every call, while what these tests catch, a lookup or a
-# refill that ignores the deadline, overran it by seconds.
-OVERRUN_MS = 1000
+# refill that ignores the deadline, overran it by far more (a lookup by the resolver's 30 s).
+OVERRUN_MS = 2000
 
 
 class Drive:
@@ -42,12 +53,24 @@ class Drive:
         first = self.proc.stdout.readline().strip()
         assert first == "ready", "client_drive did not start: %r" % first
 
-    def ask(self, command):
+    def send(self, command):
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
+
+    def answer(self, command):
         line = self.proc.stdout.readline().strip()
         assert line, "client_drive ended on %r (exit %r)" % (command, self.proc.poll())
         return line
+
+    def ask(self, command):
+        self.send(command)
+        return self.answer(command)
+
+    def unread(self):
+        """How many bytes of the commands sent client_drive has not read yet."""
+        n = array.array("i", [0])
+        fcntl.ioctl(self.proc.stdin.fileno(), termios.FIONREAD, n)
+        return n[0]
 
     def run(self, seconds):
         line = self.ask("run %d" % seconds)
@@ -66,7 +89,7 @@ class Drive:
             self.proc.stdin.write("quit\n")
             self.proc.stdin.close()
             try:
-                self.proc.wait(10)
+                self.proc.wait(sftest.PATIENCE)  # a busy ZooKeeper may be slow to end its session
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -117,7 +140,9 @@ class SilentResolver:
             return
         self.resolv = os.path.join(self.dir, "resolv.conf")
         with open(self.resolv, "w") as f:
-            f.write("nameserver %s\noptions timeout:5 attempts:1\n" % addr)
+            # The longest timeout the resolver takes: a lookup that ignores a call's deadline
+            # overruns it by 30 s, far past what a busy machine adds to a call.
+            f.write("nameserver %s\noptions timeout:30 attempts:1\n" % addr)
         self.nss = os.path.join(self.dir, "nsswitch.conf")
         with open(self.nss, "w") as f:
             f.write("hosts: files dns\n")
@@ -141,11 +166,11 @@ def node(worker_id, env=None, args=()):
     return Server(list(args), env=env, worker_id=worker_id, datacenter_id=3).start()
 
 
-def registered(path, worker_id, args=()):
-    """A node registered in the test's ZooKeeper under path (short session, port closed
-    while it does not serve)."""
+def registered(path, worker_id, args=(), session_ms=SESSION_MS):
+    """A node registered in the test's ZooKeeper under path (port closed while it does not
+    serve)."""
     return Server(["--zookeeper", ZK.hosts, "--set", "snowflake.worker_id_path=%s" % path,
-                   "--set", "zookeeper.session_timeout_ms=%d" % SESSION_MS,
+                   "--set", "zookeeper.session_timeout_ms=%d" % session_ms,
                    "--set", "zookeeper.claim_retries=0",
                    "--set", "zookeeper.state_interval_ms=200"] + list(args),
                   worker_id=worker_id, datacenter_id=3, wait_serving=False).start()
@@ -164,7 +189,7 @@ def failover_on_each_failure_kind():
     c = node(4)
     try:
         servers = ",".join(hostport(s) for s in (a, b, c))
-        with Drive("--servers", servers, "--timeout-ms", "2000", "--try-timeout-ms", "200",
+        with Drive("--servers", servers, "--timeout-ms", str(CALL_MS), "--try-timeout-ms", "200",
                    "--backoff-ms", "100") as d:
             r = d.run(1)
             assert r["ids"] > 0 and r["errors"] == 0 and r["dups"] == 0, r
@@ -214,12 +239,15 @@ def unavailable_node_is_skipped():
                           "--set", "snowflake.startup_sleep_ms=60000"])
     good = node(6)
     try:
-        with Drive("--servers", hostport(waiting), "--timeout-ms", "500") as d:
+        # The call asks the node again until its deadline, which leaves room for a first answer
+        # on a busy machine: the error says what the node answered, not that it did not.
+        with Drive("--servers", hostport(waiting), "--timeout-ms", "3000") as d:
             words = d.ask("id").split(maxsplit=3)
             assert words[0] == "error" and int(words[1]) == SF_ERR_UNAVAILABLE, words
             assert "ServiceUnavailable" in words[3] and hostport(waiting) in words[3], words
             d.close()
-        with Drive("--servers", "%s,%s" % (hostport(waiting), hostport(good))) as d:
+        with Drive("--servers", "%s,%s" % (hostport(waiting), hostport(good)),
+                   "--timeout-ms", str(CALL_MS)) as d:
             r = d.run(1)
             assert r["errors"] == 0 and r["ids"] > 0 and r["failovers"] > 0, r
             # Skipped after each ServiceUnavailable (a probe's get_timestamp, which a node
@@ -242,14 +270,14 @@ def a_moment_with_no_node_serving_is_ridden_out():
     deadline_ms = int(2 * sftest.PATIENCE * 1000)
     with Drive("--servers", "127.0.0.1:%d" % port, "--timeout-ms", str(deadline_ms)) as d:
         try:
-            answer = []
-            asking = threading.Thread(target=lambda: answer.append(d.ask("id")))
-            asking.start()
+            d.send("id")
+            # The call begins as client_drive reads it, which a busy machine may put off.
+            wait_until(lambda: d.unread() == 0, sftest.PATIENCE, "the call read")
             time.sleep(0.5)  # the call has found the node's port closed
             srv = node(10, args=["--port", str(port)])
-            asking.join(2 * sftest.PATIENCE)
-            assert answer and answer[0].split()[0] == "ok", answer
-            ms = int(answer[0].split()[-1].split("=")[1])
+            answer = d.answer("id")  # by the call's deadline
+            assert answer.split()[0] == "ok", answer
+            ms = int(answer.split()[-1].split("=")[1])
             assert ms >= 400, "the call had nothing to wait for: %r" % answer
             d.close()
         finally:
@@ -266,22 +294,33 @@ def clock_refusals_from_one_node_and_from_two():
     b = node(12, env=clock.env())
     closed = "127.0.0.1:%d" % sftest.free_port()
     try:
+        # Waiting the refusal out would take the whole deadline (the step outlasts it), so
+        # "at once" can allow what a busy machine adds and still tell the two apart.
         with Drive("--servers", "%s,%s" % (hostport(a), hostport(b)), "--timeout-ms",
-                   "3000") as d:
-            assert d.ask("id").split()[0] == "ok"
-            assert d.ask("id").split()[0] == "ok"  # both have made ids
-            clock.set("-5s")
+                   "10000") as d:
+            served = set()
+
+            def both_served():  # a try timed out on a busy machine sends a call elsewhere
+                words = d.ask("id").split()
+                assert words[0] == "ok", words
+                served.add(words[2])
+                return len(served) == 2
+
+            wait_until(both_served, sftest.PATIENCE, "ids made by both nodes")
+            clock.set("-15s")
             words = d.ask("id").split(maxsplit=3)
             assert words[:2] == ["error", str(SF_ERR_CLOCK)], words
-            assert int(words[2].split("=")[1]) < 1000, words
+            assert int(words[2].split("=")[1]) < 3000, words
             assert "InvalidSystemClock" in words[3], words
             d.close()
         b.stop()
         clock.set("+0")
         with Drive("--servers", "%s,%s" % (hostport(a), closed), "--timeout-ms",
-                   "8000") as d:
+                   "15000") as d:
             assert d.ask("id").split()[0] == "ok"
-            clock.set("-2s")
+            # Refused for 4 s from a's last id: at least 1 s of it is left to wait out
+            # however long a busy machine takes to send the next call.
+            clock.set("-4s")
             words = d.ask("id").split()
             assert words[0] == "ok", words
             assert int(words[-1].split("=")[1]) >= 1000, "no refusal waited out: %r" % words
@@ -298,18 +337,23 @@ def deadlines_hold_with_every_node_down():
     closed = sftest.free_port()
     mute = socket.socket()
     mute.bind(("127.0.0.1", 0))
-    mute.listen(16)
+    mute.listen(128)  # room for every connection the calls and probes leave unaccepted
     frozen = node(7)
     os.kill(frozen.proc.pid, signal.SIGSTOP)
+    # Several rounds over the nodes (250 ms a try): the error names what each node did in the
+    # last whole round, which a busy machine must not stretch past the deadline.
+    deadline_ms = 2000
     try:
         servers = "127.0.0.1:%d,127.0.0.1:%d,%s" % (closed, mute.getsockname()[1],
                                                    hostport(frozen))
-        with Drive("--servers", servers, "--timeout-ms", "900", "--try-timeout-ms", "250") as d:
+        with Drive("--servers", servers, "--timeout-ms", str(deadline_ms),
+                   "--try-timeout-ms", "250") as d:
             for _ in range(3):
                 words = d.ask("id").split(maxsplit=3)
                 assert words[0] == "error" and int(words[1]) == SF_ERR_UNAVAILABLE, words
                 ms = int(words[2].split("=")[1])
-                assert ms <= 900 + OVERRUN_MS, "a call took %d ms with a 900 ms deadline" % ms
+                assert ms <= deadline_ms + OVERRUN_MS, \
+                    "a call took %d ms with a %d ms deadline" % (ms, deadline_ms)
                 assert "cannot connect to 127.0.0.1:%d" % closed in words[3], words
                 assert "did not answer get_id" in words[3], words
             d.close()
@@ -330,16 +374,18 @@ def discovery_follows_joins_fences_and_leaves():
         with Drive("--zookeeper", ZK.hosts, "--path", path, "--timeout-ms", "300") as d:
             words = d.ask("id").split()
             assert words[0] == "error", words  # no node registered yet
+            d.close()
+        # Calls ride out a moment in which the node they need does not serve (b, on its
+        # shorter session, may fence for a moment on a busy machine).
+        with Drive("--zookeeper", ZK.hosts, "--path", path, "--timeout-ms", str(CALL_MS)) as d:
             zk.ensure_path(path)
             zk.create(path + "/9", b"embedded pid=1 host=elsewhere datacenter=3",
                       ephemeral=True)
-            # a, which no fault touches, has a session long enough that a busy machine does
-            # not let its lease run out: the calls while b is away must find it serving.
-            a = registered(path, 1, ["--set", "zookeeper.session_timeout_ms=10000"])
+            a = registered(path, 1)
             wait_until(lambda: d.servers()[1].startswith(hostport(a) + ":"), sftest.PATIENCE, "a listed")
             # Listed once it holds its id; its port opens when it serves.
             wait_until(lambda: d.ask("id").split()[0] == "ok", sftest.PATIENCE, "an id from a")
-            b = registered(path, 2)
+            b = registered(path, 2, session_ms=FROZEN_SESSION_MS)
             wait_until(lambda: d.servers()[0] == 2, sftest.PATIENCE, "b listed")
             # Listed as soon as its worker node exists, while its first start may still be
             # reading the floor: frozen then, that start fails (claim_retries = 0) and the
@@ -378,7 +424,7 @@ def prefetch_never_hands_out_old_ids():
     srv = node(8)
     try:
         with Drive("--servers", hostport(srv), "--prefetch", "20000", "--batch", "5000",
-                   "--max-age-ms", str(max_age_ms)) as d:
+                   "--max-age-ms", str(max_age_ms), "--timeout-ms", str(CALL_MS)) as d:
             r = d.run(2)
             # Ids from the buffer (no rate asked: a sanitizer build on a busy machine may
             # get many of them stale, and ask the node for the rest).
@@ -408,13 +454,15 @@ def cli_servers_zookeeper_and_watch():
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              timeout=30)
         assert out.returncode == 0 and out.stdout.strip().isdigit(), out
-        out = subprocess.run([cli, "--zookeeper", ZK.hosts, "--zookeeper-path", path, "info"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             timeout=30)
+        # Through ZooKeeper, whose first answers a busy machine can hold up past the default
+        # 5 s: every call of watch counts, and one that gave up would be an error on its line.
+        zookeeper = [cli, "--zookeeper", ZK.hosts, "--zookeeper-path", path,
+                     "--timeout-ms", str(int(sftest.PATIENCE * 1000))]
+        out = subprocess.run(zookeeper + ["info"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=3 * sftest.PATIENCE)
         assert out.returncode == 0 and "worker_id       3" in out.stdout, out
-        out = subprocess.run([cli, "--zookeeper", ZK.hosts, "--zookeeper-path", path, "watch",
-                              "--seconds", "2"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, timeout=30)
+        out = subprocess.run(zookeeper + ["watch", "--seconds", "2"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=3 * sftest.PATIENCE)
         lines = out.stdout.strip().splitlines()
         assert out.returncode == 0 and len(lines) == 3, out
         for line in lines[1:]:
@@ -434,27 +482,32 @@ def unresolved_name_is_skipped_within_the_deadline():
     a lone such node fails by the deadline naming the lookup."""
     good = node(13)
     slow = "sf-slow-dns.example:%d" % good.port
+    # Time for the node that serves after a try on the other (250 ms) on a busy machine; a
+    # lookup that ignored the deadline would hold a call for the resolver's 30 s.
+    deadline_ms = 3000
     try:
         with SilentResolver() as dns:
             if dns.why is not None:
                 print("unresolved_name_is_skipped_within_the_deadline: skipped: %s" % dns.why)
                 return
-            with Drive("--servers", "%s,%s" % (slow, hostport(good)), "--timeout-ms", "1000",
-                       "--try-timeout-ms", "250", prefix=dns.prefix) as d:
+            with Drive("--servers", "%s,%s" % (slow, hostport(good)),
+                       "--timeout-ms", str(deadline_ms), "--try-timeout-ms", "250",
+                       prefix=dns.prefix) as d:
                 for _ in range(4):  # the round robin starts on each node in turn
                     words = d.ask("id").split()
                     assert words[0] == "ok", words
-                    assert int(words[-1].split("=")[1]) <= 1000 + OVERRUN_MS, words
+                    assert int(words[-1].split("=")[1]) <= deadline_ms + OVERRUN_MS, words
                     assert words[2] == "server=%s" % hostport(good), words
                 assert "%s:down" % slow in d.servers()[1], d.servers()
                 r = d.run(2)
                 assert r["errors"] == 0 and r["ids"] > 0, r
-                assert r["max_gap_ms"] <= 1000 + OVERRUN_MS, r
+                assert r["max_gap_ms"] <= deadline_ms + OVERRUN_MS, r
                 d.close()
-            with Drive("--servers", slow, "--timeout-ms", "1000", prefix=dns.prefix) as d:
+            with Drive("--servers", slow, "--timeout-ms", str(deadline_ms),
+                       prefix=dns.prefix) as d:
                 words = d.ask("id").split(maxsplit=3)
                 assert words[0] == "error" and int(words[1]) == SF_ERR_UNAVAILABLE, words
-                assert int(words[2].split("=")[1]) <= 1000 + OVERRUN_MS, words
+                assert int(words[2].split("=")[1]) <= deadline_ms + OVERRUN_MS, words
                 assert "cannot resolve 'sf-slow-dns.example'" in words[3], words
                 d.close()
     finally:
@@ -501,7 +554,7 @@ def fenced_node_backs_off_doubling():
     good = node(16)
     try:
         with Drive("--servers", "%s,%s" % (hostport(waiting), hostport(good)),
-                   "--backoff-ms", "50") as d:
+                   "--backoff-ms", "50", "--timeout-ms", str(CALL_MS)) as d:
 
             def failures():
                 assert d.ask("id").split()[0] == "ok"
@@ -525,7 +578,9 @@ def every_node_back_after_a_total_outage():
     nodes = [node(17 + i, args=["--port", str(p)]) for i, p in enumerate(ports)]
     try:
         servers = ",".join("127.0.0.1:%d" % p for p in ports)
-        with Drive("--servers", servers, "--timeout-ms", "1000", "--try-timeout-ms", "200",
+        # A probe has a try's time to find a node serving again; one that a busy machine made
+        # miss it would double that node's backoff to 120 s.
+        with Drive("--servers", servers, "--timeout-ms", "3000", "--try-timeout-ms", "2000",
                    "--backoff-ms", "60000", "--backoff-max-ms", "120000") as d:
             assert d.run(1)["errors"] == 0
             for n in nodes:
@@ -549,7 +604,7 @@ def a_call_takes_the_pool_lock_twice():
     a, b = node(20), node(21)
     try:
         with Drive("--servers", "%s,%s" % (hostport(a), hostport(b)),
-                   drive=DRIVE_COUNTED) as d:
+                   "--timeout-ms", str(CALL_MS), drive=DRIVE_COUNTED) as d:
             d.ask("locks 10")  # the connections made
             words = dict(w.split("=") for w in d.ask("locks 1000").split()[1:])
             assert words["ok"] == "1000", words
