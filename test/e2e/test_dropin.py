@@ -219,10 +219,16 @@ def fenced_port_closes_and_reopens():
         assert status == 503 and "ZooKeeper" in body, (status, body)
         link.mend()
         serving_on(s, 11)
-        assert "accepting connections on port %d" % s.port in s.log(), s.log()
+        wait_until(lambda: line_index(s, accepting_on(s.port), 2) is not None, sftest.PATIENCE,
+                   "the port opened again in the log")
     finally:
         s.stop()
         link.close()
+
+
+def accepting_on(port):
+    """The log line of the port opening; "stopped accepting ..." is its closing."""
+    return r"(?<!stopped )accepting connections on port %d" % port
 
 
 def line_index(server, pattern, nth=1):
@@ -252,7 +258,7 @@ def serving_line_means_port_open():
                 assert decode(c.api.get_id("dropin"))[2] == 12
             finally:
                 c.close()
-            accepting = line_index(s, r"accepting connections on port %d" % s.port, nth)
+            accepting = line_index(s, accepting_on(s.port), nth)
             serving = line_index(s, r"serving ids as worker id 12", nth)
             assert accepting is not None and accepting < serving, (
                 "serving announced before the port accepted; log:\n%s" % s.log())
