@@ -484,7 +484,10 @@ START_TEST(test_exhausted_millisecond_refuses_a_backward_step)
 END_TEST
 
 /* A clock whose sleep checks, from another thread, that the worker can be read
- * while a backward step is being waited out. */
+ * while a backward step is being waited out. The sleep waits up to PROBE_PATIENCE_S for
+ * the probe: a thread may start late on a busy machine, and the wait ends when it is done;
+ * a wait that held the worker's lock would keep the probe out for all of it. */
+#define PROBE_PATIENCE_S 60
 typedef struct probing_clock {
     fake_clock clock; /* first: the fake clock functions take it as their ctx */
     sf_worker *w;
@@ -516,7 +519,7 @@ static void probing_sleep(void *ctx, int64_t ms)
     c->probe_started = true;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 2;
+    until.tv_sec += PROBE_PATIENCE_S;
     pthread_mutex_lock(&c->mu);
     while (!c->probe_done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0) {
     }
@@ -729,7 +732,7 @@ static Suite *idworker_suite(void)
     suite_add_tcase(s, batch);
 
     TCase *opts = tcase_create("options");
-    tcase_set_timeout(opts, 60);
+    tcase_set_timeout(opts, 2 * PROBE_PATIENCE_S); /* a probe kept out reports, not times out */
     tcase_add_test(opts, test_backward_wait_small_step);
     tcase_add_test(opts, test_backward_wait_off_by_default);
     tcase_add_test(opts, test_exhausted_millisecond_refuses_a_backward_step);
