@@ -51,13 +51,16 @@ def soft_nofile(pid):
     return proc_field(pid, "limits", "Max open files", 3)
 
 
-def open_many(port, n):
-    """Up to n connections to port (those the server drops at once count as opened);
-    the caller closes them."""
+def open_many(port, n, patience=0.0):
+    """Up to n connections to port (those the server drops at once count as opened); a
+    connect is given 2 s, or what is left of patience seconds when that is more. The
+    caller closes them."""
+    deadline = time.time() + patience
     socks = []
     for _ in range(n):
         try:
-            s = socket.create_connection(("127.0.0.1", port), 2.0)
+            s = socket.create_connection(("127.0.0.1", port),
+                                         max(2.0, deadline - time.time()))
             socks.append(s)
         except OSError:
             pass
@@ -162,7 +165,9 @@ def test_admin_health_past_1024_descriptors():
     raise_own_nofile(4000)
     with Server(prefix=["prlimit", "--nofile=4096:4096", "--"], admin=True,
                 worker_id=WORKER, datacenter_id=DATACENTER) as srv:
-        socks = open_many(srv.port, 1100)
+        # Every connect is accepted here, if late: one that waits for a server busy
+        # accepting the others is given time rather than counted as refused.
+        socks = open_many(srv.port, 1100, sftest.PATIENCE)
         try:
             assert len(socks) == 1100, len(socks)
             deadline = time.time() + sftest.PATIENCE
@@ -173,7 +178,7 @@ def test_admin_health_past_1024_descriptors():
                 assert time.time() < deadline, body
                 time.sleep(0.1)
             for _ in range(5):
-                status, body = srv.http("/health", 5.0)
+                status, body = srv.http("/health")
                 assert status == 200 and body == "serving\n", (status, body)
         finally:
             close_all(socks)
@@ -185,7 +190,7 @@ def test_agent_length_limit():
     """An agent longer than max_useragent_length (default 255) is refused with
     InvalidUserAgentError naming the limit; one of 255 characters is served."""
     with Server(worker_id=WORKER, datacenter_id=DATACENTER) as srv:
-        with srv.client() as api:
+        with srv.client(sftest.PATIENCE) as api:  # a busy server may answer late
             assert api.get_id("a" * 255) > 0
             e = expect_raises(InvalidUserAgentError, api.get_id, "a" * 256)
             assert "255" in e.message and "max_useragent_length" in e.message, e.message
@@ -200,7 +205,7 @@ def test_agent_cardinality_bounded():
     bounded in size."""
     with Server(env={"SNOWFLAKE_MAX_TRACKED_USERAGENTS": "50"}, admin=True,
                 worker_id=WORKER, datacenter_id=DATACENTER) as srv:
-        with srv.client() as api:
+        with srv.client(sftest.PATIENCE) as api:  # a busy server may answer late
             for i in range(200):
                 assert api.get_id("agent-%d" % i) > 0
             for i in range(10):  # tracked agents go on being counted by name
@@ -239,7 +244,7 @@ def test_deep_nesting_refused():
     the limit is still skipped and answered."""
     with Server(env={"SNOWFLAKE_MAX_FRAME_SIZE": "1048576"}, worker_id=WORKER,
                 datacenter_id=DATACENTER) as srv:
-        with sftest.raw_connect(srv.port) as s:
+        with sftest.raw_connect(srv.port, sftest.PATIENCE) as s:  # the answer's wait
             s.sendall(nested_get_id_frame(32))
             head = s.recv(4)
             assert len(head) == 4, head
@@ -371,8 +376,14 @@ def test_write_progress_timeout():
         s = trickle_reader(srv.port)
         try:
             s.settimeout(0.5)
-            deadline = time.time() + 3
-            while time.time() < deadline:  # 160 bytes a second
+            # Trickle until the server logs that it closed the connection: its timer may
+            # run late on a busy machine, and reading fast before that would be the
+            # progress that keeps the connection open. (The bytes buffered here stay
+            # readable after the reset, for half a minute at this pace.) A server that
+            # never closes it is caught below.
+            deadline = time.time() + sftest.PATIENCE
+            while time.time() < deadline and not any(  # 160 bytes a second
+                    "write_timeout_ms" in line for line in list(srv.lines)):
                 try:
                     if s.recv(16) == b"":
                         break
