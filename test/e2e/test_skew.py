@@ -21,10 +21,12 @@ MAX_SKEW_MS = 1500
 
 
 def node(worker_id, env=None):
-    """A snowflaked under PATH with the live clock check bounded by MAX_SKEW_MS."""
+    """A snowflaked under PATH with the live clock check bounded by MAX_SKEW_MS. Its session
+    is long: these checks fence by the clock alone, and a renewal a loaded machine delays
+    must not fence a node they expect to serve."""
     args = ["--zookeeper", ZK.hosts,
             "--set", "snowflake.worker_id_path=%s" % PATH,
-            "--set", "zookeeper.session_timeout_ms=4000",
+            "--set", "zookeeper.session_timeout_ms=10000",
             "--set", "zookeeper.max_peer_skew_ms=%d" % MAX_SKEW_MS]
     return Server(args, env=env, admin=True, worker_id=worker_id, datacenter_id=2,
                   wait_serving=False)
@@ -70,12 +72,19 @@ def test_gauge_follows_drift(nodes, clock):
         wait_until(lambda: skew_near(srv, 0), sftest.PATIENCE, "a skew near 0 on worker %s" % srv.argv)
     clock.set("+1s")  # within the bound: measured, not refused
     wait_until(lambda: skew_near(c, 1000), sftest.PATIENCE, "the moved node's gauge near +1000 ms")
-    assert ids_served(c), "a node within max_peer_skew_ms must serve"
-    assert skew_near(a, 0) and skew_near(b, 0), \
-        "one node's drift must not move the others' estimate: %r %r" % (
-            metric(a, "peer_clock_skew_seconds"), metric(b, "peer_clock_skew_seconds"))
-    wait_until(lambda: offset_seen(a), sftest.PATIENCE,
+    # Waited for rather than read once: a node that refused for a skew within the bound
+    # would refuse for as long as its clock stays moved, while on a loaded machine one call,
+    # or one round trip of the estimate, may fail or run long.
+    wait_until(lambda: ids_served(c), sftest.PATIENCE, "ids from a node within max_peer_skew_ms")
+    wait_until(lambda: offset_seen(a) and offset_seen(b), sftest.PATIENCE,
                "an offset near -1000 ms (ours minus the moved node's) in /stats.txt")
+    # Once both have measured the moved clock: an estimate the drift moved stays moved.
+    try:
+        wait_until(lambda: skew_near(a, 0) and skew_near(b, 0), sftest.PATIENCE,
+                   "the others' estimates near 0")
+    except AssertionError:
+        raise AssertionError("one node's drift must not move the others' estimate: %r %r" % (
+            metric(a, "peer_clock_skew_seconds"), metric(b, "peer_clock_skew_seconds")))
     assert "peer_clock_skew_ms:" in a.http("/stats.txt")[1]
     status, body = a.http("/metrics")
     assert "# TYPE snowflake_peer_clock_offset_seconds histogram" in body, body
@@ -96,8 +105,10 @@ def test_fence_trips_and_recovers(nodes, clock):
     assert skew_near(c, 4000, 600), metric(c, "peer_clock_skew_seconds")
     assert not ids_served(c), "a node past max_peer_skew_ms must refuse ids"
     for srv in (a, b):
-        assert srv.http("/health")[0] == 200, srv.http("/health")
-        assert ids_served(srv), "the nodes whose clocks agree must serve on"
+        # Waited for: the moved clock would fence them for as long as it stays moved, a
+        # loaded machine only for a moment.
+        wait_until(lambda: srv.http("/health")[0] == 200 and ids_served(srv), sftest.PATIENCE,
+                   "the nodes whose clocks agree serving on: %s" % srv.argv)
     c.wait_for(r"our clock is \d+ ms ahead of the peers'")
     clock.set("+0")
     wait_until(lambda: c.http("/health")[0] == 200, sftest.PATIENCE, "the node serving again")
