@@ -64,6 +64,19 @@ static int next_id_within_patience(sfz *h, int64_t *id, sfz_error *err)
     return rc;
 }
 
+/* Waits up to SF_TEST_PATIENCE_MS for n more renewals confirmed than now: a busy machine
+ * may confirm none for seconds. Returns how many came. */
+static uint64_t renewals_confirmed(sfz *h, uint64_t n)
+{
+    sfz_renewals before, now;
+    sfz_get_renewals(h, &before);
+    now = before;
+    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS;
+         now.confirmed < before.confirmed + n && sf_test_boot_ms() < end; sf_test_sleep_ms(20))
+        sfz_get_renewals(h, &now);
+    return now.confirmed - before.confirmed;
+}
+
 /* Every bad option is refused before connecting, naming the option and what is allowed. */
 START_TEST(bad_options_name_the_option_and_range)
 {
@@ -669,16 +682,8 @@ START_TEST(shut_refuses_for_good)
     ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
     ck_assert_msg(next_id_within_patience(h, &id, &err) == SFZ_OK, "%s", err.message);
     sfz_shut(h, "draining for a stop");
-    /* Four renewals confirmed since, counted rather than slept for: a busy machine may
-     * confirm none in a second. */
-    sfz_renewals r0, r;
-    sfz_get_renewals(h, &r0);
-    r = r0;
-    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS;
-         r.confirmed < r0.confirmed + 4 && sf_test_boot_ms() < end; sf_test_sleep_ms(20))
-        sfz_get_renewals(h, &r);
-    ck_assert_msg(r.confirmed >= r0.confirmed + 4, "%" PRIu64 " renewals confirmed since "
-                  "sfz_shut", r.confirmed - r0.confirmed);
+    uint64_t renewed = renewals_confirmed(h, 4); /* counted rather than slept for */
+    ck_assert_msg(renewed >= 4, "%" PRIu64 " renewals confirmed since sfz_shut", renewed);
     ck_assert_int_eq(sfz_next_id(h, &id, &err), SFZ_ERR_FENCED);
     ck_assert_str_eq(err.message, "draining for a stop");
     sfz_state st;
@@ -736,13 +741,7 @@ START_TEST(shut_outlives_a_fence_and_a_new_claim)
     ck_assert_msg(matching > before_cut, "the handle never fenced without ZooKeeper");
     assert_still_shut(h, "fenced");
     sf_test_proxy_set_mode(px, SF_PROXY_FORWARD); /* a session again, the id claimed again */
-    sfz_renewals before, now;
-    sfz_get_renewals(h, &before);
-    now = before;
-    for (int64_t end = sf_test_boot_ms() + SF_TEST_PATIENCE_MS;
-         now.confirmed < before.confirmed + 2 && sf_test_boot_ms() < end; sf_test_sleep_ms(50))
-        sfz_get_renewals(h, &now);
-    ck_assert_msg(now.confirmed >= before.confirmed + 2, "no renewal after ZooKeeper came back");
+    ck_assert_msg(renewals_confirmed(h, 2) >= 2, "no renewal after ZooKeeper came back");
     assert_still_shut(h, "ZooKeeper back");
     sfz_stop(h);
     sf_test_proxy_stop(px);
