@@ -311,7 +311,8 @@ static void sf_audit_note_result(sf_audit *a, gboolean ok, const char *err)
 /* The sender: takes a batch, delivers it, removes it; backs off after a failure. At stop
  * it keeps delivering until the queue is empty or the sink has taken nothing for the stop's
  * timeout: a slow sink gets all of it, a dead one bounds the stop. A stop ends a backoff
- * at once, so a sink that is back is tried before the time runs out. */
+ * at once, and a failure during the stop is retried after the shortest backoff, so a sink
+ * that is back is tried before the time runs out. */
 static gpointer sf_audit_thread(gpointer data)
 {
     sf_audit *a = data;
@@ -341,7 +342,11 @@ static gpointer sf_audit_thread(gpointer data)
             continue;
         }
         a->stats.audit_send_failures++;
-        backoff_ms = CLAMP(backoff_ms * 2, SF_AUDIT_BACKOFF_MIN_MS, SF_AUDIT_BACKOFF_MAX_MS);
+        /* While stopping, the stop's window bounds the retries, not the backoff: a longer
+         * wait than the shortest would let one refusal end the stop undelivered. */
+        backoff_ms = a->stopping ? SF_AUDIT_BACKOFF_MIN_MS
+                                 : CLAMP(backoff_ms * 2, SF_AUDIT_BACKOFF_MIN_MS,
+                                         SF_AUDIT_BACKOFF_MAX_MS);
         gint64 until = g_get_monotonic_time() + (gint64)backoff_ms * 1000;
         gboolean stopping_before = a->stopping;
         if (a->stopping)
@@ -408,8 +413,12 @@ void sf_audit_stop(sf_audit *a, int timeout_ms)
     a->stopping = TRUE;
     a->stop_timeout_us = (gint64)MAX(timeout_ms, 0) * 1000;
     a->stop_deadline_us = g_get_monotonic_time() + a->stop_timeout_us;
+    size_t queued = a->queued;
     g_cond_broadcast(&a->cond);
     g_mutex_unlock(&a->lock);
+    if (queued > 0)
+        g_message("audit log: delivering %zu queued entries before stopping (giving up "
+                  "after %d ms in which the sink takes none)", queued, timeout_ms);
     g_thread_join(a->thread);
     if (a->queued > 0) {
         g_warning("audit log: %zu entries not delivered at stop (the sink took nothing for "

@@ -8,6 +8,7 @@ receiver is stopped however the test ends."""
 import base64
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -26,7 +27,8 @@ from thrift.transport import TSocket, TTransport  # noqa: E402
 
 class Receiver:
     """A scribe server on a loopback port: decodes every message it gets; answers
-    TRY_LATER while refusing is set."""
+    TRY_LATER while refusing is set. hold(n) makes the nth call wait for release() before
+    it answers; that call is the last one refused."""
 
     def __init__(self, port=0):
         self.entries = []
@@ -36,6 +38,10 @@ class Receiver:
         self.calls = 0
         self.refusing = False
         self.delay_s = 0.0  # how long each Log call takes to answer
+        self.arrived = 0
+        self.held_call = 0
+        self.at_hold = threading.Event()
+        self.released = threading.Event()
         self.lock = threading.Lock()
         self.sock = TSocket.TServerSocket(host="127.0.0.1", port=port)
         self.sock.listen()
@@ -53,7 +59,19 @@ class Receiver:
         except Exception:  # the socket was closed: the receiver is stopped
             pass
 
+    def hold(self, n):
+        self.held_call = n
+
+    def release(self):
+        self.released.set()
+
     def Log(self, messages):
+        with self.lock:
+            self.arrived += 1
+            held = self.arrived == self.held_call
+        if held:
+            self.at_hold.set()
+            self.released.wait(sftest.PATIENCE)
         time.sleep(self.delay_s)
         with self.lock:
             self.calls += 1
@@ -69,7 +87,10 @@ class Receiver:
                     self.refused[entry.id] = entry.tag
                 else:
                     self.entries.append(entry)
-            return ResultCode.TRY_LATER if self.refusing else ResultCode.OK
+            answer = ResultCode.TRY_LATER if self.refusing else ResultCode.OK
+            if held:
+                self.refusing = False
+            return answer
 
     def count(self):
         with self.lock:
@@ -247,6 +268,30 @@ def sink_back_during_backoff_delivered_at_sigterm():
         rec.close()
 
 
+def refused_as_the_stop_begins_retried():
+    """The sink refuses the delivery that was in flight when the stop began, then takes
+    entries again: the stop retries soon after that refusal, rather than wait out a backoff
+    longer than the time the stop allows and drop the queue."""
+    rec = Receiver()
+    rec.refusing = True
+    # Calls 1-6 are refused and back off 0.1 to 3.2 s; after the seventh the backoff is 5 s,
+    # as long as the stop allows.
+    rec.hold(7)
+    s = audited(rec, rec.port, ["--set", "audit.socket_timeout_ms=5000"])
+    try:
+        ids = take_ids(s, 20, 0)
+        assert rec.at_hold.wait(sftest.PATIENCE), "no seventh Log call; %d calls" % rec.calls
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_for("audit log: delivering 20 queued entries before stopping")
+        rec.release()
+        assert s.stop() == 0, s.log()
+        assert_exactly(rec, ids)
+    finally:
+        rec.release()
+        s.stop()
+        rec.close()
+
+
 def file_sink_holds_every_id():
     """sink = file: one JSON object per id, appended."""
     with tempfile.TemporaryDirectory() as d:
@@ -285,6 +330,7 @@ def main():
     r.run(delivered_at_sigterm)
     r.run(slow_sink_delivered_at_sigterm)
     r.run(sink_back_during_backoff_delivered_at_sigterm)
+    r.run(refused_as_the_stop_begins_retried)
     r.run(file_sink_holds_every_id)
     r.run(bad_settings_refused)
     r.finish()
