@@ -19,11 +19,12 @@ from thrift.transport import TTransport
 
 PY = "/usr/bin/python3"
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# The session of a node that a check fences on purpose by outlasting it (ZooKeeper down,
+# the node frozen). Short, so those checks are quick.
 SESSION_MS = 2000
-# The session of a node that is asked things while it serves (ids, its clock; by a check,
-# the ops tool or a peer's start-up) and that no check fences on purpose: on a loaded
-# machine a renewal late by a second fences a node with a 2 s session for a moment, and one
-# that was seen serving is then found closed or refusing (a peer skips it as not serving).
+# Every other node's session. On a loaded machine a request unanswered for 2/3 of a 2 s
+# session drops the connection (the start fails, or the node is fenced for a moment and one
+# seen serving is then found closed or refusing), and nothing here checks an expiry.
 STEADY_SESSION_MS = 10000
 ZK = sftest.ZooKeeper()
 # The port kept open while not serving: refusals are typed (ServiceUnavailable).
@@ -31,9 +32,9 @@ TYPED = ["--set", "snowflake.listen_while_not_serving=true"]
 
 
 def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=False,
-              session_ms=SESSION_MS):
-    """A snowflaked registering under path in the test's ZooKeeper, with a short session
-    (unless session_ms says otherwise) and no retries, so every failure shows at once."""
+              session_ms=STEADY_SESSION_MS):
+    """A snowflaked registering under path in the test's ZooKeeper, with no retries, so
+    every failure shows at once."""
     args = ["--zookeeper", ZK.hosts,
             "--set", "snowflake.worker_id_path=%s" % path,
             "--set", "zookeeper.session_timeout_ms=%d" % session_ms,
@@ -140,7 +141,7 @@ def static_claim_conflict_and_sigterm():
     naming the holder; SIGTERM frees the node at once and records the last timestamp."""
     zk = ZK.client()
     try:
-        first = zk_server("/static", worker_id=5, session_ms=STEADY_SESSION_MS).start()
+        first = zk_server("/static", worker_id=5).start()
         assert serving(first) == 5
         data, stat = zk.get("/static/5")
         assert data.decode() == "127.0.0.1:%d" % first.port, data
@@ -172,7 +173,7 @@ def ids_refused_until_startup_sleep_ends():
     """With listen_while_not_serving, after the claim and during startup_sleep_ms the
     node answers its worker id (peers may check it) but refuses get_id with
     ServiceUnavailable; then it serves."""
-    s = zk_server("/sleep", worker_id=3, session_ms=STEADY_SESSION_MS,
+    s = zk_server("/sleep", worker_id=3,
                   extra=["--set", "snowflake.startup_sleep_ms=8000"] + TYPED).start()
     s.wait_for(r"waiting startup_sleep_ms")
     with s.client() as api:
@@ -235,7 +236,7 @@ def eight_auto_servers_get_distinct_ids():
     taken at its place in the claim queue (the lowest free one for the first): claimants
     that come together spread over the ids rather than all trying the lowest, so an id
     may be passed over for a moment, but none beyond the queue's reach."""
-    servers = [zk_server("/auto", worker_id="auto", session_ms=STEADY_SESSION_MS)
+    servers = [zk_server("/auto", worker_id="auto")
                for _ in range(8)]
     try:
         for s in servers:
@@ -272,7 +273,7 @@ def exhaustion_lists_holders():
 
 def peer_in_another_datacenter():
     """A peer reporting another datacenter id stops start-up."""
-    peer = zk_server("/dc", worker_id=1, datacenter_id=3, session_ms=STEADY_SESSION_MS).start()
+    peer = zk_server("/dc", worker_id=1, datacenter_id=3).start()
     serving(peer)
     s = zk_server("/dc", worker_id=2, datacenter_id=2).start()
     refused(s, "datacenter id insanity")
@@ -296,7 +297,6 @@ def peer_clock_30_seconds_ahead():
     refused(s, "clock sanity check failed: our clock is at least")
     assert "ms ahead of ZooKeeper's" in s.log(), s.log()
     peer = zk_server("/clock", worker_id=1, env=clock_30_seconds_ahead(),
-                     session_ms=STEADY_SESSION_MS,
                      extra=["--set", "snowflake.skip_sanity_checks=true"]).start()
     serving(peer)
     with peer.client() as api:
@@ -422,7 +422,7 @@ def stale_node_of_restarted_peer():
     skip_unreachable_peers it is skipped."""
     zk = ZK.client()
     try:
-        peer = zk_server("/stale", worker_id=4, session_ms=STEADY_SESSION_MS).start()
+        peer = zk_server("/stale", worker_id=4).start()
         serving(peer)
         zk.create("/stale/0", ("127.0.0.1:%d" % peer.port).encode(), ephemeral=True)
         s = zk_server("/stale", worker_id=1).start()
@@ -466,8 +466,8 @@ def restart_safety_waits_or_refuses():
 def ops_tool_against_live_holders():
     """snowflake-zk list/inspect/stale/check with live holders; check fails once a holder
     reports another datacenter."""
-    a = zk_server("/ops", worker_id=1, session_ms=STEADY_SESSION_MS).start()
-    b = zk_server("/ops", worker_id=2, session_ms=STEADY_SESSION_MS).start()
+    a = zk_server("/ops", worker_id=1).start()
+    b = zk_server("/ops", worker_id=2).start()
     serving(a)
     serving(b)
     rc, out = zk_tool("--path", "/ops", "list")
@@ -479,7 +479,7 @@ def ops_tool_against_live_holders():
     assert rc == 0 and json.loads(out) == [], out
     rc, out = zk_tool("--path", "/ops", "check")
     assert rc == 0, out
-    other = zk_server("/ops", worker_id=3, datacenter_id=4, session_ms=STEADY_SESSION_MS,
+    other = zk_server("/ops", worker_id=3, datacenter_id=4,
                       extra=["--set", "snowflake.skip_sanity_checks=true"]).start()
     serving(other)
     rc, out = zk_tool("--path", "/ops", "check")
@@ -530,9 +530,9 @@ def mixed_fleet_with_embedded_holder():
                               "the embedded holder serving as worker id 0")
             c = zk_server("/mixed", worker_id="auto", datacenter_id=3).start()
             refused(c, "datacenter id insanity: /mixed/0 (embedded pid=%d" % e.pid)
-            a = zk_server("/mixed", worker_id=1, session_ms=STEADY_SESSION_MS).start()
+            a = zk_server("/mixed", worker_id=1).start()
             serving(a)
-            b = zk_server("/mixed", worker_id="auto", session_ms=STEADY_SESSION_MS).start()
+            b = zk_server("/mixed", worker_id="auto").start()
             assert serving(b) == 2, b.log()
             rc, out_check = zk_tool("--path", "/mixed", "check")
             assert rc == 0, out_check
@@ -563,7 +563,8 @@ def embedded_clock_30_seconds_ahead():
         env = sftest.clean_env(clock_30_seconds_ahead())
         preload = env.pop("LD_PRELOAD")  # into the program, not libtool's wrapper script
         run = subprocess.run([sftest.LIBTOOL, "--mode=execute", "env", "LD_PRELOAD=" + preload,
-                              prog, out, "e1", ZK.hosts, "/eclock", "auto", "2", str(SESSION_MS),
+                              prog, out, "e1", ZK.hosts, "/eclock", "auto", "2",
+                              str(STEADY_SESSION_MS),
                               "0", "10000", "500"], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=60)
         assert run.returncode == 1, "exit status %d; log:\n%s" % (run.returncode, run.stdout)
@@ -584,7 +585,7 @@ def ops_tool_finds_split_worker_ids():
         zk.ensure_path("/fleet-b")
     finally:
         zk.stop()
-    a = zk_server("/split", worker_id=1, datacenter_id=3, session_ms=STEADY_SESSION_MS).start()
+    a = zk_server("/split", worker_id=1, datacenter_id=3).start()
     b = Server(["--zookeeper", ZK.hosts + "/fleet-b",
                 "--set", "snowflake.worker_id_path=/split",
                 "--set", "zookeeper.session_timeout_ms=%d" % STEADY_SESSION_MS],
@@ -612,7 +613,7 @@ def fencing_and_reregistration():
     """ZooKeeper down longer than the session timeout: with listen_while_not_serving,
     ids are refused with ServiceUnavailable and /health is 503 with the reason; once it
     is back the node registers again and serves."""
-    s = zk_server("/fence", worker_id=7, admin=True, extra=TYPED).start()
+    s = zk_server("/fence", worker_id=7, admin=True, extra=TYPED, session_ms=SESSION_MS).start()
     serving(s)
     assert worker_of_next_id(s) == 7
     ZK.stop()
@@ -674,7 +675,7 @@ def frozen_node_refuses_queued_request(typed):
     connection is closed unanswered (the port closes while fenced). Then the node registers
     again and serves."""
     s = zk_server("/frozen-%s" % typed, worker_id=8, admin=True,
-                  extra=TYPED if typed else ()).start()
+                  extra=TYPED if typed else (), session_ms=SESSION_MS).start()
     try:
         assert serving(s) == 8
         client, worker = connected_after_an_id(s)
