@@ -437,6 +437,22 @@ def wait_until(cond, timeout, what):
     raise AssertionError("not %s within %.0f s" % (what, timeout))
 
 
+def freeze(pid, timeout=PATIENCE):
+    """Stops every thread of pid with SIGSTOP and waits until the kernel reports them all
+    stopped: kill() only queues the signal, and a thread still running could answer."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = []
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError("process %d did not stop within %.0f s" % (pid, timeout))
+
+
 def expect_raises(exc_type, func, *args):
     """Calls func and returns the exception of exc_type it raises; fails otherwise."""
     try:
@@ -476,8 +492,8 @@ class ZooKeeper:
         host would, and always lets it run again."""
         with open(os.path.join(self.dir, "pid")) as f:
             pid = int(f.read())
-        os.kill(pid, signal.SIGSTOP)
         try:
+            freeze(pid)
             time.sleep(seconds)
         finally:
             os.kill(pid, signal.SIGCONT)

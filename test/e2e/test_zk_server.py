@@ -646,22 +646,6 @@ def fencing_and_reregistration():
     s.stop()
 
 
-def freeze(pid, timeout=5.0):
-    """Stops every thread of pid with SIGSTOP and waits until the kernel reports them all
-    stopped: kill() only queues the signal, and a thread still running could answer."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        states = []
-        for task in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        if all(state in ("T", "t") for state in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError("process %d did not stop within %.0f s" % (pid, timeout))
-
-
 def frozen_node_closes_queued_request():
     """The default (port closed while not serving) of the check below."""
     frozen_node_refuses_queued_request(False)
@@ -682,7 +666,7 @@ def frozen_node_refuses_queued_request(typed):
         try:
             assert worker == 8, worker
             try:
-                freeze(s.proc.pid)
+                sftest.freeze(s.proc.pid)
                 client.api.send_get_id("zktest")
                 time.sleep(3 * SESSION_MS / 1000.0)
             finally:
