@@ -97,15 +97,24 @@ z = KazooClient(hosts=sys.argv[1]); z.start()
 z.create("/snowflake-servers/11", b"127.0.0.1:11", makepath=True)
 z.stop()
 PY
+# ask OUT TEXT ARGS...: runs the tool with ARGS, its standard input a fifo, and returns once
+# OUT shows TEXT (its question), or after 60 s. answer REPLY then answers it and waits; the
+# tool's exit status is in rc.
 fifo="$dir/answer"
 mkfifo "$fifo"
-$T release 11 <"$fifo" >"$dir/release.out" 2>&1 &
-release_pid=$!
-exec 3>"$fifo"
-for _ in $(seq 600); do
-  grep -q 'delete /snowflake-servers/11' "$dir/release.out" && break
-  sleep 0.1
-done
+ask() {
+  out=$1 text=$2
+  shift 2
+  $T "$@" <"$fifo" >"$out" 2>&1 &
+  asking=$!
+  exec 3>"$fifo"
+  for _ in $(seq 600); do
+    grep -qsF -- "$text" "$out" && break
+    sleep 0.1
+  done
+}
+answer() { echo "$1" >&3; exec 3>&-; wait "$asking"; rc=$?; }
+ask "$dir/release.out" 'delete /snowflake-servers/11' release 11
 $PY - "$hosts" <<'PY' || bad "replace node 11"
 import sys
 from kazoo.client import KazooClient
@@ -114,9 +123,7 @@ z.delete("/snowflake-servers/11")
 z.create("/snowflake-servers/11", b"127.0.0.1:12")
 z.stop()
 PY
-echo y >&3
-exec 3>&-
-wait "$release_pid"; rc=$?
+answer y
 expect "release of a node replaced while asking fails" "[ $rc -eq 1 ]"
 expect "release names the change" "grep -q 'changed since it was read' \"$dir/release.out\""
 expect "the replacing node is kept" "$T list | grep -q '^11 .*127.0.0.1:12'"
@@ -210,6 +217,30 @@ expect "epoch --clear asks and keeps the record on no" \
 out=$($T --path /epoch-free epoch --clear --yes); rc=$?
 expect "epoch --clear forgets a free path's epoch" \
   "[ $rc -eq 0 ] && $T --path /epoch-free epoch | grep -q 'no epoch recorded'"
+
+# A holder that claims while the operator is being asked: the answer comes after it, and
+# the record it counts from must stay.
+$PY - "$hosts" <<'PY' || bad "seed a second epoch record"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/epoch-asked-state", b"epoch_ms 1400000000000")
+z.stop()
+PY
+ask "$dir/asked.out" '[y/N]' --path /epoch-asked epoch --clear
+$PY - "$hosts" <<'PY' || bad "claim worker id 4 while the tool asks"
+import sys
+from kazoo.client import KazooClient
+z = KazooClient(hosts=sys.argv[1]); z.start()
+z.create("/epoch-asked/4", b"127.0.0.1:9", makepath=True)
+z.stop()
+PY
+answer y
+expect "epoch --clear refuses an id held by the time the operator answers" \
+  "[ $rc -eq 1 ] && grep -q 'worker ids 4 are held' \"$dir/asked.out\""
+expect "the record that holder counts from is kept" \
+  "$T --path /epoch-asked epoch | grep -q 'epoch_ms 1400000000000'"
+[ $rc -eq 1 ] || cat "$dir/asked.out"
 
 echo "test_snowflake_zk: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
