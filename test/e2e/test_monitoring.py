@@ -239,7 +239,7 @@ def every_queried_metric_is_exported():
         assert serve.stop() == 0
     assert "zookeeper_up{" in zk_body and 'state="standalone"} 1' in zk_body, zk_body
     exported |= exported_names(zk_body)
-    assert "snowflake_worker_ids_free" in exported, body  # the parse itself works
+    assert "snowflake_worker_ids_free" in exported, sorted(exported)  # the parse itself works
     checked = set()
     missing = []
     for where, expr in exprs:
