@@ -27,6 +27,11 @@ SKIP = 77  # automake's exit status for a skipped test
 # wait on an event costs nothing more when the event comes at once. A test that checks how
 # fast something happens measures it instead of waiting less.
 PATIENCE = 60.0
+# The ZooKeeper session of a test node that no check fences by outlasting it. On a loaded
+# machine a request unanswered for 2/3 of a 1-4 s session drops the connection: the node's
+# start fails ("operation timeout"), or it fences for a moment and a check that found it
+# serving meets a closed port or a refusal.
+STEADY_SESSION_MS = 10000
 
 sys.path.insert(0, os.path.join(TOP_BUILDDIR, "thrift", "gen-py"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))

@@ -25,11 +25,9 @@ from test_clock import FAKETIME_LIB, FakeClock
 DRIVE = os.path.join(sftest.TOP_BUILDDIR, "test", "tools", "client_drive")
 DRIVE_COUNTED = DRIVE + "_counted"  # counts the pool's locks: the `locks` command
 ZK = sftest.ZooKeeper()
-# A registered node's session: one a busy machine does not let run out. With 1-2 s a node
-# fences for a moment whenever ZooKeeper answers slowly, and a check that found it serving
-# then meets a closed port. The node a check freezes past its session has a shorter one, so
-# that the freeze is short.
-SESSION_MS = 10000
+# A registered node's session; the node a check freezes past its session has a shorter one,
+# so that the freeze is short.
+SESSION_MS = sftest.STEADY_SESSION_MS
 FROZEN_SESSION_MS = 4000
 # The deadline of calls in checks that are not about deadlines: long enough for a node on a
 # busy machine to answer, so that an error is the client's fault and not the machine's.

@@ -25,10 +25,8 @@ from thrift.Thrift import TApplicationException  # noqa: E402
 from thrift.protocol import TBinaryProtocol  # noqa: E402
 from thrift.transport import TSocket, TTransport  # noqa: E402
 
-# A node's session: one a busy machine does not let run out. With 1-2 s a node fences for a
-# moment whenever ZooKeeper answers slowly, and a check that found it serving then meets a
-# closed port. Node A of the pool, whose session the test waits out, has a short one.
-SESSION_MS = 10000
+# A node's session; node A of the pool, whose session the test waits out, has a short one.
+SESSION_MS = sftest.STEADY_SESSION_MS
 SHORT_SESSION_MS = 2000
 ZK = sftest.ZooKeeper()
 logging.getLogger("thrift").setLevel(logging.CRITICAL)  # refused connects are expected here

@@ -71,12 +71,10 @@ def run(argv, timeout=60, **kw):
 
 
 def registered(path, extra=()):
-    """A started snowflaked taking an automatic worker id under path, with its admin port.
-    Its session is 10 s: with a shorter one, a loaded ZooKeeper that leaves a request of the
-    start unanswered for 2/3 of it fails the start ("operation timeout"), and the daemon
-    exits for its supervisor to start it again."""
+    """A started snowflaked taking an automatic worker id under path, with its admin port
+    and the steady session."""
     args = ["--zookeeper", ZK.hosts, "--set", "snowflake.worker_id_path=%s" % path,
-            "--set", "zookeeper.session_timeout_ms=10000"] + list(extra)
+            "--set", "zookeeper.session_timeout_ms=%d" % sftest.STEADY_SESSION_MS] + list(extra)
     return Server(args, admin=True, worker_id="auto").start()
 
 

@@ -26,7 +26,7 @@ def node(worker_id, env=None):
     must not fence a node they expect to serve."""
     args = ["--zookeeper", ZK.hosts,
             "--set", "snowflake.worker_id_path=%s" % PATH,
-            "--set", "zookeeper.session_timeout_ms=10000",
+            "--set", "zookeeper.session_timeout_ms=%d" % sftest.STEADY_SESSION_MS,
             "--set", "zookeeper.max_peer_skew_ms=%d" % MAX_SKEW_MS]
     return Server(args, env=env, admin=True, worker_id=worker_id, datacenter_id=2,
                   wait_serving=False)

@@ -22,10 +22,8 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # The session of a node that a check fences on purpose by outlasting it (ZooKeeper down,
 # the node frozen). Short, so those checks are quick.
 SESSION_MS = 2000
-# Every other node's session. On a loaded machine a request unanswered for 2/3 of a 2 s
-# session drops the connection (the start fails, or the node is fenced for a moment and one
-# seen serving is then found closed or refusing), and nothing here checks an expiry.
-STEADY_SESSION_MS = 10000
+# Every other node's session.
+STEADY_SESSION_MS = sftest.STEADY_SESSION_MS
 ZK = sftest.ZooKeeper()
 # The port kept open while not serving: refusals are typed (ServiceUnavailable).
 TYPED = ["--set", "snowflake.listen_while_not_serving=true"]
