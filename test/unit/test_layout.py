@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""test_layout.py -- holds src/ to its layout: no file over 600 lines, each file opening
+"""test_layout.py -- holds src/ to its layout: no file over 2,000 lines (a sanity bound, not a
+budget: a file holds a module or a named part of one, whatever its length), each file opening
 with a comment that names it, no include cycle between modules (x.c, x.h and x_internal.h
 are one module), the folders layered (lib below common, common below zk and rpc, rpc below
 the client library, those below the programs), and inside a folder the parts that must not
@@ -9,7 +10,7 @@ import os
 import re
 import sys
 
-MAX_LINES = 600
+MAX_LINES = 2000
 # A folder may include only from itself and the folders listed for it.
 LAYERS = {
     "lib": set(),
