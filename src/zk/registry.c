@@ -50,9 +50,16 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     }
     r->o = *opts;
     r->hosts = strdup(opts->hosts);
-    r->worker_id_path = strdup(opts->worker_id_path);
-    r->lock_path = sf_reg_dup_or_derive(opts->lock_path, opts->worker_id_path, "-locks");
-    r->state_path = sf_reg_dup_or_derive(opts->state_path, opts->worker_id_path, "-state");
+    /* The chroot ends the last entry: "h1:2181,h2:2181/app" (the hosts were checked). */
+    const char *root = strchr(opts->hosts, '/');
+    r->servers = root != NULL ? strndup(opts->hosts, (size_t)(root - opts->hosts))
+                              : strdup(opts->hosts);
+    r->chroot = strdup(root != NULL && strcmp(root, "/") != 0 ? root : "");
+    if (r->chroot != NULL) {
+        r->worker_id_path = sf_reg_rooted(r, opts->worker_id_path, NULL, NULL);
+        r->lock_path = sf_reg_rooted(r, opts->lock_path, opts->worker_id_path, "-locks");
+        r->state_path = sf_reg_rooted(r, opts->state_path, opts->worker_id_path, "-state");
+    }
     r->host_port = opts->host_port ? strdup(opts->host_port) : NULL;
     r->auth = opts->auth && *opts->auth ? strdup(opts->auth) : NULL;
     r->wanted_id = opts->worker_id;
@@ -69,7 +76,8 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     r->state = SF_REG_CONNECTING;
     r->claim_waits = true;
     pthread_mutex_init(&r->mu, NULL);
-    if (sf_clocks_cond_init(&r->cv) != 0 || !r->hosts || !r->worker_id_path || !r->lock_path || !r->state_path ||
+    if (sf_clocks_cond_init(&r->cv) != 0 || !r->hosts || !r->servers || !r->chroot ||
+        !r->worker_id_path || !r->lock_path || !r->state_path ||
         (opts->host_port && !r->host_port) || (opts->auth && *opts->auth && !r->auth)) {
         sf_registry_set_err(err, errlen, "out of memory");
         sf_registry_close(r);
@@ -376,6 +384,8 @@ void sf_registry_forget(sf_registry *r)
     if (!r)
         return;
     free(r->hosts);
+    free(r->servers);
+    free(r->chroot);
     free(r->worker_id_path);
     free(r->lock_path);
     free(r->state_path);

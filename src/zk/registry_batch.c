@@ -1,5 +1,6 @@
-/* registry_batch.c -- several ZooKeeper reads in one round trip (registry_batch.h). The
- * completions run on the client library's completion thread and only copy the answer. */
+/* registry_batch.c -- several ZooKeeper requests in one round trip, and the registry's multi
+ * (registry_batch.h). The completions run on the client library's completion thread and
+ * only copy the answer. */
 #define _GNU_SOURCE
 #include "registry_batch.h"
 
@@ -99,6 +100,68 @@ void sf_reg_batch_children(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_
 {
     sf_reg_batch_add(b, out);
     sf_reg_batch_queued(b, out, zoo_aget_children2(zh, path, 0, sf_reg_batch_kids_done, out));
+}
+
+/* The path a sub-request names, for its copy. */
+static const char **sf_reg_op_path(zoo_op_t *op)
+{
+    switch (op->type) {
+    case ZOO_CREATE_OP:
+    case ZOO_CREATE_CONTAINER_OP:
+        return &op->create_op.path;
+    case ZOO_DELETE_OP:
+        return &op->delete_op.path;
+    case ZOO_SETDATA_OP:
+        return &op->set_op.path;
+    case ZOO_CHECK_OP:
+        return &op->check_op.path;
+    default:
+        return NULL;
+    }
+}
+
+int sf_reg_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t *results,
+                  void_completion_t done, const void *data)
+{
+    int state = zoo_state(zh);
+    if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
+        return ZINVALIDSTATE;
+    if (state != ZOO_CONNECTED_STATE)
+        return ZCONNECTIONLOSS;
+    if (count < 1 || count > SF_REG_MULTI_MAX)
+        return ZBADARGUMENTS;
+    zoo_op_t copy[SF_REG_MULTI_MAX];
+    char *paths[SF_REG_MULTI_MAX] = {NULL};
+    for (int i = 0; i < count; i++) {
+        copy[i] = ops[i];
+        const char **path = sf_reg_op_path(&copy[i]);
+        if (path == NULL || (paths[i] = strdup(*path)) == NULL) {
+            for (int j = 0; j < i; j++)
+                free(paths[j]);
+            return path == NULL ? ZBADARGUMENTS : ZSYSTEMERROR;
+        }
+        *path = paths[i];
+    }
+    int rc = zoo_amulti(zh, count, copy, results, done, data);
+    /* Sent, the paths were written into the request. Refused, the client freed the first
+     * copy if it refused the first sub-request, and nothing if the second: the first is
+     * given up (a few bytes, when the session went under the call). */
+    for (int i = rc == ZOK ? 0 : 1; i < count; i++)
+        free(paths[i]);
+    return rc;
+}
+
+static void sf_reg_batch_multi_done(int rc, const void *data)
+{
+    sf_reg_batch_done((sf_reg_read *)data, rc, NULL);
+}
+
+void sf_reg_batch_multi(sf_reg_batch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
+                        zoo_op_result_t *results, sf_reg_read *out)
+{
+    sf_reg_batch_add(b, out);
+    sf_reg_batch_queued(b, out, sf_reg_amulti(zh, count, ops, results, sf_reg_batch_multi_done,
+                                              out));
 }
 
 void sf_reg_batch_wait(sf_reg_batch *b)

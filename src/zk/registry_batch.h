@@ -1,8 +1,9 @@
-/* registry_batch.h -- several ZooKeeper reads in one round trip: each is queued before any
+/* registry_batch.h -- several ZooKeeper requests in one round trip: each is queued before any
  * answer is awaited, and the client library sends them back to back on the session's one
  * connection, where the server answers them in order. A claim made of a dozen sequential
  * reads waits a dozen round trips, which on a busy ensemble is most of a start; batched it
- * waits a few. Used by the registry's parts; knows nothing of the registry.
+ * waits a few. Also the one way the registry sends a multi (sf_reg_amulti). Used by the
+ * registry's parts; knows nothing of the registry.
  *
  * A batch lives on its caller's stack: init, queue reads, wait (every queued read has
  * completed after it, with its answer or the reason it has none: the client library
@@ -25,7 +26,10 @@ typedef struct sf_reg_batch {
     int pending;
 } sf_reg_batch;
 
-/* One read's answer. */
+/* The most sub-requests of a multi (sf_reg_amulti says why). */
+#define SF_REG_MULTI_MAX 2
+
+/* One request's answer. */
 typedef struct sf_reg_read {
     sf_reg_batch *batch;
     int rc;                               /* ZOK, or why there is no answer */
@@ -42,7 +46,27 @@ void sf_reg_batch_get(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_r
 void sf_reg_batch_exists(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out);
 void sf_reg_batch_children(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out);
 
-/* Waits until every read queued so far has its answer. */
+/* Sends a multi (zoo_amulti) of at most two sub-requests, around the client's way with a
+ * multi it refuses (3.8, upstream too): once a sub-request's path is refused (a handle in an
+ * unrecoverable state, the session expired or its credential refused; or a path it finds
+ * invalid), the next sub-request is not made but still frees the path of the one before,
+ * which the client never allocated (more than two: freed again for each), and with a chroot
+ * the refused path is freed twice. So a multi is never sent on a handle whose session is not
+ * connected (ZINVALIDSTATE once expired or refused, else ZCONNECTIONLOSS: nothing sent);
+ * the sub-requests' paths are copies made here, so that what the client frees when the state
+ * changes under the call is ours to lose, never the caller's buffer (the first copy is left
+ * to the client then, the other freed here); and the registry opens its sessions without a
+ * chroot, putting it into its paths itself. ops as zoo_*_op_init makes them; results, stats
+ * and buffers as for zoo_amulti. */
+int sf_reg_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t *results,
+                  void_completion_t done, const void *data);
+
+/* A multi in the batch, sent by sf_reg_amulti: out->rc holds its outcome once the batch was
+ * waited for (or why it could not be sent). */
+void sf_reg_batch_multi(sf_reg_batch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
+                        zoo_op_result_t *results, sf_reg_read *out);
+
+/* Waits until every request queued so far has its answer. */
 void sf_reg_batch_wait(sf_reg_batch *b);
 
 /* Frees what the reads kept (children's names) and the batch. */

@@ -115,6 +115,8 @@ typedef struct sf_reg_holders {
 struct sf_registry {
     sf_registry_options o;   /* strings below are our own copies */
     char *hosts, *worker_id_path, *lock_path, *state_path, *host_port, *auth;
+    char *servers, *chroot;  /* hosts without its chroot, which the session is opened with;
+                              * the chroot ("" = none), which every path above begins with */
     int64_t wanted_id;       /* the configured id, -1 = automatic */
     struct ACL acl[2];       /* with a credential: its holders ALL, everyone READ */
     struct ACL_vector acl_vec;
@@ -203,11 +205,13 @@ struct sf_registry {
 
 /* The parts below call none of the others: every other part may use them.
  *
- * registry_nodes.c: names and plain reads. sf_reg_dup_or_derive: "<path><suffix>", or a copy
- * of s when it is not NULL (NULL when out of memory). sf_reg_zk_error notes a request that
+ * registry_nodes.c: names and plain reads. sf_reg_rooted: a path of ours as the ensemble
+ * names it: "<chroot><s>", or "<chroot><path><suffix>" when s is NULL (NULL when out of
+ * memory); the registry puts the hosts' chroot into its paths itself and opens its sessions
+ * without it (registry_batch.h says why). sf_reg_zk_error notes a request that
  * failed for ZooKeeper's reasons (a lost or timed-out connection, an expired session), which
  * the caller of a claim may try again. */
-char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix);
+char *sf_reg_rooted(const sf_registry *r, const char *s, const char *path, const char *suffix);
 int64_t sf_reg_session_id(sf_registry *r);
 struct ACL_vector *sf_reg_acl(sf_registry *r);
 void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);

@@ -11,14 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *sf_reg_dup_or_derive(const char *s, const char *path, const char *suffix)
+char *sf_reg_rooted(const sf_registry *r, const char *s, const char *path, const char *suffix)
 {
-    if (s)
-        return strdup(s);
-    size_t n = strlen(path) + strlen(suffix) + 1;
+    const char *root = r->chroot != NULL ? r->chroot : "";
+    size_t n = strlen(root) + (s != NULL ? strlen(s) : strlen(path) + strlen(suffix)) + 1;
     char *out = malloc(n);
-    if (out)
-        snprintf(out, n, "%s%s", path, suffix);
+    if (out != NULL)
+        snprintf(out, n, "%s%s%s", root, s != NULL ? s : path, s != NULL ? "" : suffix);
     return out;
 }
 

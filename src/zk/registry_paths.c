@@ -15,16 +15,22 @@
  * the first only while one showed a free id that a race took). */
 #define SF_REG_WALK_ROUNDS 16
 
-/* How many of the ids under path are free now (all when it does not exist yet), or
- * SF_REGISTRY_ZK_FAILED with err filled. */
-static int sf_reg_free_ids(sf_registry *r, const char *path, char *err, size_t errlen)
+/* How many of the ids under place (a worker id path, without the chroot) are free now (all
+ * when it does not exist yet), or SF_REGISTRY_ZK_FAILED with err filled. */
+static int sf_reg_free_ids(sf_registry *r, const char *place, char *err, size_t errlen)
 {
     struct String_vector kids = {0, NULL};
+    char *path = sf_reg_rooted(r, place, NULL, NULL);
+    if (path == NULL) {
+        sf_registry_set_err(err, errlen, "out of memory");
+        return -1;
+    }
     int rc = zoo_get_children(r->zh, path, 0, &kids);
+    free(path);
     if (rc == ZNONODE)
         return SF_REGISTRY_MAX_WORKERS;
     if (rc != ZOK) {
-        sf_registry_set_err(err, errlen, "cannot list %s: %s", path, zerror(rc));
+        sf_registry_set_err(err, errlen, "cannot list %s: %s", place, zerror(rc));
         return SF_REGISTRY_ZK_FAILED;
     }
     int taken = 0;
@@ -39,9 +45,9 @@ static int sf_reg_free_ids(sf_registry *r, const char *path, char *err, size_t e
 /* Makes the next claim go under place p (no id is held yet). */
 static int sf_reg_move(sf_registry *r, const sf_registry_place *p, char *err, size_t errlen)
 {
-    char *path = strdup(p->worker_id_path);
-    char *lock = sf_reg_dup_or_derive(NULL, p->worker_id_path, "-locks");
-    char *state = sf_reg_dup_or_derive(NULL, p->worker_id_path, "-state");
+    char *path = sf_reg_rooted(r, p->worker_id_path, NULL, NULL);
+    char *lock = sf_reg_rooted(r, NULL, p->worker_id_path, "-locks");
+    char *state = sf_reg_rooted(r, NULL, p->worker_id_path, "-state");
     char *data = p->host_port != NULL ? strdup(p->host_port) : NULL;
     if (path == NULL || lock == NULL || state == NULL || (p->host_port != NULL && data == NULL)) {
         free(path);

@@ -212,7 +212,14 @@ static int sf_reg_take_id(sf_registry *r, int64_t id, char *mine, char *err, siz
     zoo_create_op_init(&ops[0], path, data, (int)strlen(data), sf_reg_acl(r), ZOO_EPHEMERAL,
                        NULL, 0);
     zoo_delete_op_init(&ops[1], mine, -1);
-    int rc = zoo_multi(r->zh, 2, ops, results);
+    memset(results, 0, sizeof results);
+    sf_reg_batch batch;
+    sf_reg_read sent;
+    sf_reg_batch_init(&batch);
+    sf_reg_batch_multi(&batch, r->zh, 2, ops, results, &sent);
+    sf_reg_batch_wait(&batch);
+    sf_reg_batch_free(&batch);
+    int rc = sent.rc;
     if (rc == ZOK) {
         r->worker_version = 0;
         mine[0] = '\0';

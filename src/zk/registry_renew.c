@@ -4,6 +4,7 @@
  * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
+#include "registry_batch.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -314,8 +315,8 @@ uint64_t sf_reg_renew_send(sf_registry *r, int64_t id, bool release)
     w->t0 = sf_clocks_boot_ms();
     r->next_renew = w->t0 + sf_reg_renew_interval(r);
     /* Sent under the lock: the completion takes it, so it cannot run before w is complete;
-     * zoo_amulti only queues the request. */
-    int rc = zoo_amulti(r->zh, 2, w->ops, w->results, sf_reg_renew_done, w);
+     * the multi is only queued. */
+    int rc = sf_reg_amulti(r->zh, 2, w->ops, w->results, sf_reg_renew_done, w);
     if (rc != ZOK) {
         w->used = false; /* not sent: the renewals in flight expect no version of it */
         r->stats.failed++;

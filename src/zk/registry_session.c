@@ -70,7 +70,8 @@ int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     sf_reg_renewals_forget(r, old);
     errno = 0;
     r->session_started = sf_clocks_boot_ms();
-    r->zh = zookeeper_init(r->hosts, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r, 0);
+    r->zh = zookeeper_init(r->servers, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r,
+                           0);
     bool ok = r->zh != NULL;
     /* The client resolves the host names again on every turn of its loop unless told not
      * to: once per connection is enough, and a thread inside getaddrinfo when the program

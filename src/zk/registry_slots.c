@@ -249,7 +249,7 @@ int sf_registry_worker_ids_taken(sf_registry *r)
 
 void sf_registry_worker_id_path(sf_registry *r, char *out, size_t outlen)
 {
-    pthread_mutex_lock(&r->mu);
-    snprintf(out, outlen, "%s", r->worker_id_path);
+    pthread_mutex_lock(&r->mu); /* as configured: under the chroot, without it */
+    snprintf(out, outlen, "%s", r->worker_id_path + strlen(r->chroot));
     pthread_mutex_unlock(&r->mu);
 }

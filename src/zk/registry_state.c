@@ -77,19 +77,12 @@ static void sf_reg_fence(sf_registry *r, sf_registry_cause cause, const char *re
                                                               : r->backoff_ms * 2;
 }
 
-/* The state machine: takes one event (lock held) and moves the state. reason is the
- * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. */
-void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
+/* The session's own state, from its events, whatever the state machine's (lock held): the
+ * close of a stopped registry reads it too, and sends ZooKeeper nothing on a session that
+ * is gone. */
+static void sf_reg_track_session(sf_registry *r, sf_reg_event ev, int64_t now)
 {
-    int64_t now = sf_clocks_boot_ms();
-    if (r->state == SF_REG_STOPPING)
-        return;
     switch (ev) {
-    case SF_REG_EV_STOP:
-        if (r->state == SF_REG_SERVING)
-            sf_reg_queue_fenced(r, "the registry is stopping", true);
-        sf_reg_move(r, SF_REG_STOPPING, NULL);
-        break;
     case SF_REG_EV_CONNECTED:
         r->reconnects += r->ever_connected;
         r->ever_connected = true;
@@ -97,15 +90,46 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         r->pending_count = 0;
         r->connected = true;
         r->disconnected_since = 0;
-        if (r->state == SF_REG_CONNECTING)
-            sf_reg_move(r, SF_REG_CLAIMING, NULL);
         break;
     case SF_REG_EV_DISCONNECTED:
+    case SF_REG_EV_EXPIRED:
         r->conn++;
         r->pending_count = 0;
         if (r->connected || r->disconnected_since == 0)
             r->disconnected_since = now;
         r->connected = false;
+        if (ev == SF_REG_EV_EXPIRED) {
+            r->expired = true;
+            r->expirations++;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* The state machine: takes one event (lock held) and moves the state. reason is the
+ * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. Stopping, it moves no
+ * more, but the session's state still follows its events. */
+void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
+{
+    int64_t now = sf_clocks_boot_ms();
+    sf_reg_track_session(r, ev, now);
+    if (r->state == SF_REG_STOPPING) {
+        pthread_cond_broadcast(&r->cv);
+        return;
+    }
+    switch (ev) {
+    case SF_REG_EV_STOP:
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue_fenced(r, "the registry is stopping", true);
+        sf_reg_move(r, SF_REG_STOPPING, NULL);
+        break;
+    case SF_REG_EV_CONNECTED:
+        if (r->state == SF_REG_CONNECTING)
+            sf_reg_move(r, SF_REG_CLAIMING, NULL);
+        break;
+    case SF_REG_EV_DISCONNECTED:
         /* Fenced (a renewal or a claim again got no answer), and now cut off from ZooKeeper
          * (a paused or partitioned server): say the latter, which is what to look at. */
         if (r->state != SF_REG_SERVING && r->cause != SF_REGISTRY_CAUSE_STARTING &&
@@ -117,13 +141,6 @@ void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
         }
         break;
     case SF_REG_EV_EXPIRED:
-        r->conn++;
-        r->pending_count = 0;
-        if (r->connected || r->disconnected_since == 0)
-            r->disconnected_since = now;
-        r->connected = false;
-        r->expired = true;
-        r->expirations++;
         if (r->state == SF_REG_SERVING)
             sf_reg_fence(r, SF_REGISTRY_CAUSE_EXPIRED,
                          "the ZooKeeper session expired; another node may hold our worker id");
