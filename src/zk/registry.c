@@ -189,8 +189,19 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
         char path[SF_REG_PATH_MAX], data[SF_REG_DATA_MAX];
         struct Stat st;
         sf_reg_worker_path(r, last, path, sizeof path);
-        if (sf_reg_get_string(r, path, data, sizeof data, &st) == ZOK &&
-            st.ephemeralOwner == sf_reg_session_id(r)) {
+        int rc = sf_reg_get_string(r, path, data, sizeof data, &st);
+        if (rc != ZOK && rc != ZNONODE) {
+            /* Unknown (the answer lost, the connection down): the node may still be ours,
+             * and claiming another id now would leave this session holding two, one of
+             * them unknown to the registry, whose peers then find it stale. Ask again. */
+            snprintf(err, sizeof err, "cannot read our worker node %s to tell whether it "
+                     "survived: %s; will retry", path, zerror(rc));
+            pthread_mutex_lock(&r->mu);
+            sf_reg_step(r, SF_REG_EV_FAILED, err);
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        if (rc == ZOK && st.ephemeralOwner == sf_reg_session_id(r)) {
             kept = true;
             id = last;
             pthread_mutex_lock(&r->mu);

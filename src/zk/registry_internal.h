@@ -163,6 +163,10 @@ struct sf_registry {
     char unsure_worker[SF_REG_PATH_MAX]; /* a worker node a create of ours may have made (its
                               * answer lost, not read since); "" = none. The claiming thread's */
     int64_t unsure_session;  /* ...the session that sent that create */
+    int64_t lock_unsure_session; /* a lock node's create of this session lost its answer and
+                              * the node was not found: it may exist, behind which our next
+                              * claim would queue; that claim looks for it first. The
+                              * claiming thread's; 0 = none */
     char watched_lock[SF_REG_PATH_MAX]; /* the lock node a claim last watched; "" = none */
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */

@@ -185,9 +185,11 @@ void sf_reg_release_worker(sf_registry *r, int64_t id)
     char path[SF_REG_PATH_MAX];
     sf_reg_worker_path(r, id, path, sizeof path);
     int rc = zoo_delete(r->zh, path, -1);
-    if (rc != ZOK && rc != ZNONODE)
+    if (rc != ZOK && rc != ZNONODE) {
         sf_reg_log(r, "warning", "cannot delete %s: %s (it goes when the session closes)", path,
                    zerror(rc));
+        sf_reg_note_unsure(r, path); /* still ours, perhaps: the next claim settles it */
+    }
 }
 
 /* Re-reads our worker node and the state node after a renewal met a changed version.

@@ -78,12 +78,14 @@ static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, sf_reg_sta
     pthread_mutex_lock(&r->mu);
     bool orphan = r->orphan_lock[0] != '\0';
     pthread_mutex_unlock(&r->mu);
+    orphan |= r->lock_unsure_session != 0 && r->lock_unsure_session == sf_reg_session_id(r);
     if (orphan && sf_reg_find_own_lock(r, mine, minelen)) {
         sf_reg_log(r, "info", "queueing with our lock node %s, left by an earlier claim", mine);
         pthread_mutex_lock(&r->mu);
         if (strcmp(r->orphan_lock, mine) == 0)
             r->orphan_lock[0] = '\0';
         pthread_mutex_unlock(&r->mu);
+        r->lock_unsure_session = 0;
         return 0;
     }
     char prefix[SF_REG_PATH_MAX];
@@ -95,8 +97,12 @@ static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, sf_reg_sta
     if (rc == ZOK)
         *stamp = (sf_reg_stamp){.valid = true, .mtime = made.mtime, .sent = sent,
                                 .answered = sf_clock_now_ms()};
-    if ((rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) && sf_reg_find_own_lock(r, mine, minelen))
-        rc = ZOK;
+    if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
+        if (sf_reg_find_own_lock(r, mine, minelen))
+            rc = ZOK;
+        else /* made perhaps, and not found yet: the next claim of this session looks again */
+            r->lock_unsure_session = sf_reg_session_id(r);
+    }
     if (rc != ZOK) {
         mine[0] = '\0';
         sf_reg_zk_error(r, rc);

@@ -709,6 +709,45 @@ START_TEST(close_after_the_session_expired_while_stopping)
 }
 END_TEST
 
+/* Fenced with its session alive (cut off from ZooKeeper past the grace, not past the
+ * session), a registry with an automatic id reads its worker node to tell whether it is
+ * still its own; that read's answer is lost (the connection times out). The node may well be
+ * ours: the registry must ask again, never claim a second id while the first stays held by
+ * its session, unknown to it (peers would then find that node stale and refuse to start). */
+START_TEST(a_lost_read_of_our_node_claims_no_second_id)
+{
+    sf_registry_options o;
+    char hosts[64];
+    int64_t id;
+    sf_test_state_log log = SF_TEST_STATE_LOG_INIT;
+    sf_test_proxy *px = proxied_options(&o, "/t-lost-read", -1, hosts, sizeof hosts, &log);
+    o.session_timeout_ms = 9000; /* the cuts below stay far inside it */
+    sf_registry *r = serving_registry(&o, &log, &id);
+    char node[64];
+    snprintf(node, sizeof node, "/t-lost-read/%" PRId64, id);
+    /* Refused for longer than the grace (T/3): fenced, the session kept. The first request
+     * naming our node after that (the read that tells whether it survived) loses its
+     * answer. */
+    sf_test_proxy_set_mode(px, SF_PROXY_REFUSE);
+    ck_assert(sf_test_wait_serving(&log, false, SF_TEST_PATIENCE_MS));
+    sf_test_proxy_cut_after(px, node, 0);
+    sf_test_proxy_set_mode(px, SF_PROXY_FORWARD);
+    bool back = sf_test_wait_serving(&log, true, SF_TEST_PATIENCE_MS);
+    int64_t held = sf_registry_worker_id(r);
+    zhandle_t *zh = sf_test_zk_client(zk.hosts);
+    struct String_vector kids = {0, NULL};
+    ck_assert_int_eq(zoo_get_children(zh, "/t-lost-read", 0, &kids), ZOK);
+    int nodes = kids.count;
+    deallocate_String_vector(&kids);
+    sf_registry_close(r);
+    zookeeper_close(zh);
+    sf_test_proxy_stop(px);
+    ck_assert_msg(back, "did not serve again");
+    ck_assert_msg(held == id && nodes == 1, "serving as worker id %" PRId64 " (was %" PRId64
+                  ") with %d worker nodes under /t-lost-read", held, id, nodes);
+}
+END_TEST
+
 static void multi_done(int rc, const void *data)
 {
     (void)rc;
@@ -819,6 +858,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, failed_reconnect_is_retried);
     tcase_add_test(tc, close_after_the_session_expired_while_stopping);
     tcase_add_test(tc, a_multi_the_client_refuses_frees_nothing_of_ours);
+    tcase_add_test(tc, a_lost_read_of_our_node_claims_no_second_id);
     tcase_add_test(tc, fencing_stops_and_resumes);
     suite_add_tcase(s, tc);
     TCase *ens = tcase_create("ensemble");
