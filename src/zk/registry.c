@@ -96,7 +96,7 @@ static int sf_reg_claim_here(sf_registry *r, int64_t *id, int64_t *floor, char *
 {
     if (sf_reg_ensure_paths(r, err, errlen) != 0)
         return -1;
-    if (!r->o.skip_sanity_checks && sf_reg_check_peers(r, err, errlen) != 0)
+    if (sf_reg_check_peers(r, err, errlen) != 0)
         return -1;
     if (sf_reg_check_in(r, err, errlen) != 0)
         return -1;
@@ -129,6 +129,7 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
     uint64_t conn = r->conn;
     bool up = r->connected && !r->expired;
     r->zk_failed = false;
+    r->not_yet = false;
     pthread_mutex_unlock(&r->mu);
     if (!up) {
         sf_registry_set_err(err, errlen, "the ZooKeeper session with '%s' was lost before "
@@ -143,6 +144,8 @@ int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, cha
         pthread_mutex_lock(&r->mu);
         if (r->zk_failed || r->conn != conn || r->expired)
             rc = SF_REGISTRY_ZK_FAILED;
+        else if (r->not_yet)
+            rc = SF_REGISTRY_NOT_YET;
         pthread_mutex_unlock(&r->mu);
         if (sf_reg_stopped(r))
             rc = -1;

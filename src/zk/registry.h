@@ -181,11 +181,17 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
 /* Returned by sf_registry_claim when a ZooKeeper request failed for ZooKeeper's reasons (the
  * connection lost or timed out, the session expired): worth trying again, as unreachable. */
 #define SF_REGISTRY_ZK_FAILED (-4)
+/* Returned by sf_registry_claim when the claim failed for a reason that can pass, so that a
+ * start may try again: the static id held by another (after claim_retries), our clock too far
+ * from the ensemble's or the peers', a peer that did not answer its check (or whose node is
+ * stale). */
+#define SF_REGISTRY_NOT_YET (-6)
 /* Waits for the session (up to the session timeout, at least 5 s), checks the peers (unless
  * skipped), claims the worker id (static or automatic), and waits until the clock is past the
  * timestamp recorded for it. On success *worker_id is the id held and *floor_ms the recorded
- * timestamp (-1 if none). Blocks. Fails with -1 (taken, a check failed, or stopped),
- * SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED or SF_REGISTRY_ALL_TAKEN, with err filled;
+ * timestamp (-1 if none). Blocks. Fails with -1 (a check that cannot pass failed, or
+ * stopped), SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED, SF_REGISTRY_NOT_YET or
+ * SF_REGISTRY_ALL_TAKEN, with err filled;
  * after the first two it may be called again (it waits on for the session the client is
  * still bringing up, or opens a new one when it expired). sf_registry_cancel makes it return
  * -1 at once with "stopped" in err, leaving no worker node behind.

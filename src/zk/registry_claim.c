@@ -57,6 +57,7 @@ static int sf_reg_claim_static(sf_registry *r, int64_t *id, char *err, size_t er
                         "stop that node, release a stale one (snowflake-zk release %" PRId64
                         "), or configure another worker_id", r->wanted_id, holder,
                         r->worker_id_path, r->wanted_id, r->wanted_id);
+    sf_reg_not_yet(r); /* its holder may stop, or its session end */
     return -1;
 }
 
@@ -101,6 +102,7 @@ int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen)
 {
     if (r->o.skip_sanity_checks)
         return 0;
+    int rc;
     sf_registry_peers peers = {
         .zh = r->zh, .worker_id_path = r->worker_id_path, .host_port = r->host_port,
         .datacenter_id = r->o.datacenter_id,
@@ -108,7 +110,10 @@ int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen)
         .max_clock_skew_ms = r->o.max_clock_skew_ms, .query_peer = r->o.query_peer,
         .peer_ctx = r->o.peer_ctx, .log = r->o.log, .log_ctx = r->o.log_ctx,
         .cancelled = sf_reg_cancelled, .cancel_ctx = r};
-    return sf_registry_peers_check(&peers, err, errlen);
+    rc = sf_registry_peers_check(&peers, err, errlen);
+    if (rc == SF_REGISTRY_NOT_YET)
+        sf_reg_not_yet(r);
+    return rc == 0 ? 0 : -1;
 }
 
 /* A single standalone server has no quorum to keep a write once it is lost, nor a second

@@ -71,6 +71,7 @@ static int sf_reg_check_clock(sf_registry *r, const sf_reg_stamp *s, const char 
                         "sync (or the ZooKeeper leader's)",
                         ahead > 0 ? ahead : behind, ahead > 0 ? "ahead of" : "behind", path,
                         s->mtime, s->sent, s->answered, r->o.max_clock_skew_ms);
+    sf_reg_not_yet(r); /* a clock still settling (time sync after boot) comes into line */
     return -1;
 }
 

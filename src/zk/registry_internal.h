@@ -41,6 +41,7 @@
 /* An automatic claim that does not wait when ids are scarce (claim_waits false) returns this
  * when fewer are free than claimants queued ahead of it. */
 #define SF_REGISTRY_SCARCE (-5)
+_Static_assert(SF_REGISTRY_SCARCE != SF_REGISTRY_NOT_YET, "the registry's codes differ");
 
 typedef enum sf_reg_state {
     SF_REG_CONNECTING,    /* waiting for a session (a new one after an expiry) */
@@ -142,6 +143,8 @@ struct sf_registry {
                               * scarce (else SF_REGISTRY_SCARCE); the thread's always waits */
     bool zk_failed;          /* a request of the claim now under way failed for ZooKeeper's
                               * reasons (connection, timeout, session), not for a holder's */
+    bool not_yet;            /* the claim now under way failed for a reason that can pass
+                              * (SF_REGISTRY_NOT_YET): an id held, a clock, a peer */
     bool clock_checked;      /* the claim now under way wrote the path's epoch record, and
                               * its stamp passed the clock check: no other write need */
 
@@ -223,6 +226,8 @@ void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
 int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
                       struct Stat *stat);
 void sf_reg_zk_error(sf_registry *r, int rc);
+/* Notes that the claim now under way failed for a reason that can pass (not_yet). */
+void sf_reg_not_yet(sf_registry *r);
 
 /* registry_wait.c: waits on the condition variable (wait_locked: lock held, at most ms),
  * a sleep that a stop ends (false when stopped), and whether we are stopping. */

@@ -86,3 +86,10 @@ void sf_reg_zk_error(sf_registry *r, int rc)
         break;
     }
 }
+
+void sf_reg_not_yet(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->not_yet = true;
+    pthread_mutex_unlock(&r->mu);
+}

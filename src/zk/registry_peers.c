@@ -85,7 +85,7 @@ static int sf_reg_peers_visit(const sf_registry_peers *p, bool warn, sf_reg_peer
     int rc = zoo_get_children(p->zh, p->worker_id_path, 0, &kids);
     if (rc != ZOK) {
         sf_registry_set_err(err, errlen, "cannot list %s: %s", p->worker_id_path, zerror(rc));
-        return -1;
+        return SF_REGISTRY_NOT_YET; /* ZooKeeper's failure, which can pass */
     }
     bool present[SF_MAX_WORKER_ID + 1] = {false};
     for (int i = 0; i < kids.count; i++) {
@@ -179,7 +179,7 @@ static int sf_reg_peers_check_one(const sf_registry_peers *p, void *ctx, int64_t
                 "release its stale node (snowflake-zk release %" PRId64 "), or set "
                 "skip_unreachable_peers = true",
                 peer, id, p->worker_id_path, perr, id);
-        return -1;
+        return SF_REGISTRY_NOT_YET;
     }
     if (pw != id && sf_reg_peers_holds_other_node(p, peer, pw)) {
         /* A process restarted at the same address took another id while
@@ -195,7 +195,7 @@ static int sf_reg_peers_check_one(const sf_registry_peers *p, void *ctx, int64_t
                 "disappears when its session expires, or release it (snowflake-zk release %"
                 PRId64 "), or set skip_unreachable_peers = true",
                 path, peer, pw, id);
-        return -1;
+        return SF_REGISTRY_NOT_YET;
     }
     if (pw != id) {
         sf_registry_set_err(err, errlen,
@@ -231,7 +231,7 @@ int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen
                     "timestamp sanity check failed: the mean of %" PRId64 " peers' clocks is %" PRId64
                     " ms, ours is %" PRId64 " ms, %" PRId64 " ms apart (at most %" PRId64 " allowed)",
                     t.count, mean, now, diff, p->max_clock_skew_ms);
-            result = -1;
+            result = SF_REGISTRY_NOT_YET;
         }
     }
     return result;

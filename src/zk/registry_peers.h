@@ -3,7 +3,8 @@
  * mean clock must be near ours; and the list of those peers, for the live clock checks.
  * Separate from the registry, which only claims and fences.
  *
- * Convention: returns 0 or -1 with an actionable message in the caller's err buffer. */
+ * Convention: returns 0 or -1 with an actionable message in the caller's err buffer
+ * (sf_registry_peers_check: SF_REGISTRY_NOT_YET for a failure that can pass). */
 #ifndef SF_REGISTRY_PEERS_H
 #define SF_REGISTRY_PEERS_H
 
@@ -16,6 +17,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include "common/registry_options.h"
+#include "registry.h"
 
 /* What the checks need; the strings and callbacks are the registry's. */
 typedef struct sf_registry_peers {
@@ -35,7 +37,9 @@ typedef struct sf_registry_peers {
 
 /* Queries every peer listed under worker_id_path and checks its worker id, its datacenter id,
  * and the peers' mean clock against ours; an embedded holder is not queried (it serves no
- * Thrift), its node's datacenter is checked. Returns 0, or -1 with err filled. */
+ * Thrift), its node's datacenter is checked. Returns 0; SF_REGISTRY_NOT_YET with err filled
+ * when what failed can pass (a peer that does not answer or whose node is stale, the clocks
+ * apart); -1 with err filled for a peer of another datacenter or worker id. */
 int sf_registry_peers_check(const sf_registry_peers *p, char *err, size_t errlen);
 
 /* Copies into out (at most max) the node data, "host:port", of every peer under

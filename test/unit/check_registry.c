@@ -100,7 +100,7 @@ START_TEST(static_conflict_names_holder)
     sf_registry *b = sf_registry_new(&o, err, sizeof err);
     ck_assert_msg(b != NULL, "%s", err);
     err[0] = '\0';
-    ck_assert_int_eq(sf_registry_claim(b, &id, &floor, err, sizeof err), -1);
+    ck_assert_int_eq(sf_registry_claim(b, &id, &floor, err, sizeof err), SF_REGISTRY_NOT_YET);
     ck_assert_msg(strstr(err, "127.0.0.1:1111") != NULL, "message: %s", err);
     sf_registry_close(b);
 
