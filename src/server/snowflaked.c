@@ -356,7 +356,7 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     o.state_interval_ms = ro->state_interval_ms;
     o.startup_sleep_ms = (int)d->cfg.startup_sleep_ms;
     o.max_peer_skew_ms = ro->max_peer_skew_ms;
-    o.start_retries = 0; /* an operator's supervisor restarts us; say at once what is wrong */
+    o.start_timeout_ms = 1; /* one try: an operator's supervisor restarts us */
     o.on_state = sf_daemon_on_state;
     o.state_ctx = d;
     o.log = sf_daemon_registry_log;

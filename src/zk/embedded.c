@@ -26,6 +26,7 @@
 
 #define SFZ_RETRY_WAIT_CAP_MS 30000
 #define SFZ_DRAIN_POLL_MS 1 /* sfz_stop looks this often whether the calls inside are done */
+#define SFZ_SESSION_POLL_MS 100 /* between tries: how often it looks whether the session is up */
 
 /* sfz_peer_fn is the registry's peer callback under its public name: the same signature,
  * and "nothing listens" is 1 in both. */
@@ -213,31 +214,84 @@ static bool sfz_copy(const char *s, char **out)
     return s == NULL || *out != NULL;
 }
 
+/* Frees the handle's own memory: the copies of the options and the struct. */
+static void sfz_free_memory(sfz *h)
+{
+    if (h->event_fd >= 0)
+        close(h->event_fd); /* in a child, its copy: the parent's stays open */
+    free(h->zookeeper);
+    free(h->auth);
+    free(h->worker_id_path);
+    free(h->holder);
+    free(h->dcs);
+    free(h);
+}
+
+/* Makes the parts of h that belong to one process: its locks, the fence, the thread that
+ * makes the callbacks, the state descriptor, the state "starting" with reason; and the
+ * datacenter tried first (at random, so that a fleet spreads). For a new handle, and for a
+ * fork() child's claim of its parent's handle (whose parts stay the parent's). */
+static int sfz_make_parts(sfz *h, const char *reason, sfz_error *err)
+{
+    atomic_store_explicit(&h->calls, 0, memory_order_relaxed);
+    h->gate_light = sfz_gate_register();
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_mutex_init(&h->transition, NULL);
+    if (sf_clocks_cond_init(&h->wake) != 0) /* retry waits ignore clock steps */
+        return sfz_fail(err, SFZ_ERR_NOMEM, "cannot make the handle's condition variable");
+    h->registry = NULL;
+    h->skew = NULL;
+    h->cancelled = h->shut = h->started = false;
+    h->start_tries = 0;
+    h->next_try_ms = 0;
+    memset(&h->state, 0, sizeof h->state);
+    snprintf(h->state.reason, sizeof h->state.reason, "%s", reason);
+    h->since_ms = sf_clock_now_ms();
+    h->fence = sf_fence_new();
+    h->notifier = h->fence != NULL ? sfz_notifier_start(h->o.log, h->o.log_ctx, h->o.on_state,
+                                                        h->o.state_ctx) : NULL;
+    if (h->notifier == NULL)
+        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory making the fence or starting the "
+                        "thread that makes the callbacks");
+    h->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->event_fd < 0) {
+        int e = errno;
+        return sfz_fail(err, e == ENOMEM ? SFZ_ERR_NOMEM : SFZ_ERR_ARG,
+                        "cannot create the state descriptor: %s", strerror(e));
+    }
+    if (h->dcs != NULL)
+        sfz_use_datacenter(h, sf_jitter_below(h->dcs->count));
+    else
+        sfz_describe_holder(h);
+    return SFZ_OK;
+}
+
+/* Makes h this process's (its owner and fork word), once its parts are. */
+static void sfz_own(sfz *h)
+{
+    unsigned word;
+    sfz_gate_owner_here(&h->owner, &word);
+    h->made_by = h->owner.pid;
+    atomic_store_explicit(&h->fork_word, word, memory_order_release);
+}
+
 int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
 {
     *out = NULL;
     int rc = sfz_options_check(opts, err);
     if (rc != SFZ_OK)
         return rc;
-    if (!sfz_watch_forks(&rc))
+    if (!sfz_gate_watch_forks(&rc))
         return sfz_fail(err, SFZ_ERR_NOMEM, "cannot watch for fork() (pthread_atfork): %s",
                         strerror(rc));
     sfz *h = calloc(1, sizeof *h);
     if (h == NULL)
         return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory allocating the handle");
-    h->fork_generation = atomic_load_explicit(&sfz_fork_generation, memory_order_relaxed);
-    h->pid = getpid();
-    h->gate_light = sfz_gate_register();
-    atomic_init(&h->calls, 0);
+    sfz_own(h);
     h->o = *opts;
     h->event_fd = -1;
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_mutex_init(&h->transition, NULL);
-    bool woken = sf_clocks_cond_init(&h->wake) == 0; /* retry waits ignore clock steps */
-    snprintf(h->state.reason, sizeof h->state.reason, "starting");
-    h->since_ms = sf_clock_now_ms();
     h->default_holder = opts->holder == NULL;
-    bool ok = woken && sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
+    bool ok = sfz_copy(opts->zookeeper, &h->zookeeper) && sfz_copy(opts->auth, &h->auth) &&
               sfz_copy(opts->worker_id_path, &h->worker_id_path) &&
               (h->default_holder ? (h->holder = malloc(SFZ_HOLDER_MAX)) != NULL
                                  : sfz_copy(opts->holder, &h->holder));
@@ -247,30 +301,22 @@ int sfz_prepare(const sfz_options *opts, sfz **out, sfz_error *err)
         ok = h->dcs != NULL &&
              sfz_parse_datacenters(opts->datacenter_paths, h->dcs, msg, sizeof msg);
     }
-    h->fence = ok ? sf_fence_new() : NULL;
-    h->notifier = h->fence != NULL ? sfz_notifier_start(opts->log, opts->log_ctx, opts->on_state,
-                                                        opts->state_ctx) : NULL;
-    if (h->notifier == NULL) {
-        sfz_stop(h);
-        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory copying the options or starting the "
-                        "thread that makes the callbacks");
+    if (ok) {
+        h->o.zookeeper = h->zookeeper;
+        h->o.auth = h->auth;
+        h->o.worker_id_path = h->worker_id_path;
+        h->o.holder = h->holder;
+        h->o.datacenter_paths = NULL; /* parsed into h->dcs */
     }
-    h->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (h->event_fd < 0) {
-        int e = errno;
-        sfz_stop(h);
-        return sfz_fail(err, e == ENOMEM ? SFZ_ERR_NOMEM : SFZ_ERR_ARG,
-                        "cannot create the state descriptor: %s", strerror(e));
+    if (!ok) {
+        sfz_free_memory(h);
+        return sfz_fail(err, SFZ_ERR_NOMEM, "out of memory copying the options");
     }
-    h->o.zookeeper = h->zookeeper;
-    h->o.auth = h->auth;
-    h->o.worker_id_path = h->worker_id_path;
-    h->o.holder = h->holder;
-    h->o.datacenter_paths = NULL; /* parsed into h->dcs */
-    if (h->dcs != NULL) /* the first datacenter tried: at random, so a fleet spreads */
-        sfz_use_datacenter(h, sf_jitter_below(h->dcs->count));
-    else
-        sfz_describe_holder(h);
+    rc = sfz_make_parts(h, "starting", err);
+    if (rc != SFZ_OK) {
+        sfz_stop(h);
+        return rc;
+    }
     *out = h;
     return SFZ_OK;
 }
@@ -385,54 +431,123 @@ static int sfz_claim(sfz *h, int64_t *worker_id, int64_t *floor_ms, char *msg, s
                           : sf_registry_claim(r, worker_id, floor_ms, msg, len);
 }
 
-/* What a claim may say in an sfz_error, leaving room for what sfz_run adds around it: a
+/* What a claim may say in an sfz_error, leaving room for what the start adds around it: a
  * message is never cut. */
-#define SFZ_CLAIM_MSG_MAX (SFZ_ERROR_MAX - 160)
+#define SFZ_CLAIM_MSG_MAX (SFZ_ERROR_MAX - 200)
 
-int sfz_run(sfz *h, sfz_error *err)
+/* A try's failure that can pass, so that the start tries again: ZooKeeper did not answer or
+ * failed a request of the claim, every worker id (or the static one) was taken, a clock or
+ * peer check failed. Any other (a refused credential, another epoch, a peer of another
+ * datacenter) would fail the same way again. */
+static bool sfz_can_pass(int rc)
 {
-    if (sfz_forked(h))
-        return sfz_fail_forked(h, err);
-    char msg[SFZ_CLAIM_MSG_MAX];
+    return rc == SF_REGISTRY_UNREACHABLE || rc == SF_REGISTRY_ZK_FAILED ||
+           rc == SF_REGISTRY_ALL_TAKEN || rc == SF_REGISTRY_NOT_YET;
+}
+
+/* The start's progress, for sfz_get_health: the try under way (0 once the start returned)
+ * and, while waiting for the next, when it comes (Unix ms, else 0). */
+static void sfz_set_tries(sfz *h, int tries, int64_t next_try_ms)
+{
+    pthread_mutex_lock(&h->lock);
+    h->start_tries = tries;
+    h->next_try_ms = next_try_ms;
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* True once the session the client kept trying for the handle's registry is up. */
+static bool sfz_session_up(sfz *h)
+{
+    sf_registry_health rh = {.session = SF_REGISTRY_SESSION_CONNECTING};
+    pthread_mutex_lock(&h->lock);
+    if (h->registry != NULL)
+        sf_registry_get_health(h->registry, &rh);
+    pthread_mutex_unlock(&h->lock);
+    return rh.session == SF_REGISTRY_SESSION_CONNECTED;
+}
+
+/* Waits ms between two tries: false when cancelled. After a try no ZooKeeper server answered
+ * (for_session), it ends as soon as the session comes up, which the client goes on trying
+ * for meanwhile: a node comes back within moments of ZooKeeper, not at the next backoff. */
+static bool sfz_wait_to_retry(sfz *h, int64_t ms, bool for_session)
+{
+    int64_t end = sf_clocks_mono_ms() + ms;
+    for (int64_t now = sf_clocks_mono_ms(); now < end; now = sf_clocks_mono_ms()) {
+        int64_t step = end - now;
+        if (for_session && step > SFZ_SESSION_POLL_MS)
+            step = SFZ_SESSION_POLL_MS;
+        if (!sfz_wait(h, step))
+            return false;
+        if (for_session && sfz_session_up(h))
+            return true;
+    }
+    return sfz_wait(h, 0);
+}
+
+/* The tries of a start (sfz_start says how they go), then the worker, startup_sleep_ms and
+ * the registry's thread: what sfz_run does, and a fork() child's claim of its parent's
+ * handle, once the handle has parts of the child's own. */
+static int sfz_start_here(sfz *h, sfz_error *err)
+{
+    char msg[SFZ_CLAIM_MSG_MAX], why[SFZ_ERROR_MAX];
     int64_t worker_id = -1, floor_ms = -1, wait_ms = h->o.start_retry_wait_ms;
-    for (int attempt = 0;; attempt++) {
+    int64_t began = sf_clocks_mono_ms();
+    for (int tries = 1;; tries++) {
+        sfz_set_tries(h, tries, 0);
         int rc = sfz_claim(h, &worker_id, &floor_ms, msg, sizeof msg);
         if (rc == 0)
             break;
         pthread_mutex_lock(&h->lock);
         bool cancelled = h->cancelled;
         pthread_mutex_unlock(&h->lock);
-        /* Taken, or a check failed: trying again changes nothing. ZooKeeper unreachable, or
-         * failing a request of the claim: it may be back in a moment. */
-        bool again = rc == SF_REGISTRY_UNREACHABLE || rc == SF_REGISTRY_ZK_FAILED;
-        if (cancelled || !again || attempt >= h->o.start_retries)
+        bool again = sfz_can_pass(rc);
+        int64_t now = sf_clocks_mono_ms();
+        int64_t left = h->o.start_timeout_ms == 0 ? INT64_MAX
+                                                  : began + h->o.start_timeout_ms - now;
+        if (cancelled || !again || left <= 0) {
             sfz_drop_registry(h); /* the session goes now, not at sfz_stop */
+            sfz_set_tries(h, 0, 0);
+        }
         if (cancelled)
             return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while starting: %s", msg);
         if (!again)
             return sfz_fail(err, SFZ_ERR_CLAIM, "%s", msg);
-        if (attempt >= h->o.start_retries)
-            return sfz_fail(err, SFZ_ERR_UNREACHABLE, "%s (tried %d time%s; start_retries = "
-                            "%d)", msg, attempt + 1, attempt == 0 ? "" : "s",
-                            h->o.start_retries);
+        if (left <= 0)
+            return sfz_fail(err, rc == SF_REGISTRY_UNREACHABLE || rc == SF_REGISTRY_ZK_FAILED
+                                     ? SFZ_ERR_UNREACHABLE : SFZ_ERR_CLAIM,
+                            "%s (tried %d time%s in %" PRId64 " s; start_timeout_ms = %d)", msg,
+                            tries, tries == 1 ? "" : "s", (now - began + 500) / 1000,
+                            h->o.start_timeout_ms);
         int64_t wait = sf_jitter_ms(wait_ms); /* a fleet that failed together spreads out */
-        sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (%d of %d)", msg, wait,
-                     attempt + 1, h->o.start_retries);
-        if (!sfz_wait(h, wait))
-            return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while waiting to try ZooKeeper again");
+        if (wait > left)
+            wait = left;
+        snprintf(why, sizeof why, "starting: %s; try %d failed, trying again in %" PRId64
+                 " ms", msg, tries, wait);
+        sfz_log_line(h, "warning", "%s; trying again in %" PRId64 " ms (try %d; the start "
+                     "gives up %s)", msg, wait, tries, h->o.start_timeout_ms == 0
+                     ? "never: start_timeout_ms = 0" : "after start_timeout_ms");
+        sfz_set_tries(h, tries, sf_clock_now_ms() + wait);
+        sfz_set_state(h, false, why);
+        if (!sfz_wait_to_retry(h, wait, rc == SF_REGISTRY_UNREACHABLE)) {
+            sfz_drop_registry(h);
+            sfz_set_tries(h, 0, 0);
+            return sfz_fail(err, SFZ_ERR_STOPPED, "stopped while waiting to try again: %s",
+                            msg);
+        }
         wait_ms = wait_ms * 2 < SFZ_RETRY_WAIT_CAP_MS ? wait_ms * 2 : SFZ_RETRY_WAIT_CAP_MS;
     }
+    sfz_set_tries(h, 0, 0);
     sf_error werr;
     sf_worker *w = sfz_worker_for(h, worker_id, &werr);
     if (w == NULL)
         return sfz_fail(err, werr.code, "cannot create the id worker: %s", werr.message);
     if (floor_ms >= 0)
         sf_worker_advance_last_timestamp(w, floor_ms);
-    const char *why = h->o.startup_sleep_ms > 0 ? "starting: waiting startup_sleep_ms"
-                                                : "starting: renewing the lease";
-    sf_fence_publish(h->fence, w, false, 0, 0, why);
+    const char *wait_why = h->o.startup_sleep_ms > 0 ? "starting: waiting startup_sleep_ms"
+                                                     : "starting: renewing the lease";
+    sf_fence_publish(h->fence, w, false, 0, 0, wait_why);
     pthread_mutex_lock(&h->lock); /* the id is ours (the fence says which), not served yet */
-    snprintf(h->state.reason, sizeof h->state.reason, "%s", why);
+    snprintf(h->state.reason, sizeof h->state.reason, "%s", wait_why);
     pthread_mutex_unlock(&h->lock);
     if (h->o.startup_sleep_ms > 0) {
         sfz_log_line(h, "info", "waiting startup_sleep_ms = %d ms before serving",
@@ -452,7 +567,17 @@ int sfz_run(sfz *h, sfz_error *err)
         h->skew = skew;
         pthread_mutex_unlock(&h->lock);
     }
+    pthread_mutex_lock(&h->lock);
+    h->started = true;
+    pthread_mutex_unlock(&h->lock);
     return SFZ_OK;
+}
+
+int sfz_run(sfz *h, sfz_error *err)
+{
+    if (sfz_forked(h))
+        return sfz_fail_forked(h, err);
+    return sfz_start_here(h, err);
 }
 
 int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err)
@@ -467,30 +592,102 @@ int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err)
     return rc;
 }
 
-void sfz_cancel(sfz *h)
+/* In a fork() child: gives h parts of this process's own. The parent's are left as they are
+ * here: their memory stays (a lock in them may have been held at the fork, and the ZooKeeper
+ * client's memory cannot be freed without a call on the parent's session), their threads do
+ * not exist here, and of their descriptors only this process's copy of the state descriptor
+ * is closed (the client's stay open, never written, until exec or exit: closing them would
+ * need a call on the parent's session). */
+static int sfz_adopt(sfz *h, sfz_error *err)
 {
-    if (sfz_forked(h) || !sfz_enter(h))
-        return;
-    pthread_mutex_lock(&h->lock);
-    h->cancelled = true;
-    if (h->registry != NULL)
-        sf_registry_cancel(h->registry);
-    pthread_cond_broadcast(&h->wake);
-    pthread_mutex_unlock(&h->lock);
-    sfz_leave(h);
+    sfz_skew_forget(h->skew);
+    sf_registry_forget(h->registry);
+    sf_fence_forget(h->fence);
+    sfz_notifier_stop(h->notifier); /* the parent's: frees its memory, joins nothing */
+    if (h->event_fd >= 0)
+        close(h->event_fd);
+    h->skew = NULL;
+    h->registry = NULL;
+    h->fence = NULL;
+    h->notifier = NULL;
+    h->event_fd = -1;
+    char reason[160];
+    snprintf(reason, sizeof reason, "starting: claiming a worker id of this process's own "
+             "(pid %ld, a fork() of pid %ld)", (long)getpid(), (long)h->made_by);
+    int rc = sfz_make_parts(h, reason, err);
+    if (rc == SFZ_OK)
+        h->adopted_by = getpid();
+    return rc;
 }
 
-/* Frees the handle's own memory: the copies of the options and the struct. */
-static void sfz_free_memory(sfz *h)
+int sfz_claim_here(sfz *h, sfz_error *err)
 {
-    if (h->event_fd >= 0)
-        close(h->event_fd); /* in a child, its copy: the parent's stays open */
-    free(h->zookeeper);
-    free(h->auth);
-    free(h->worker_id_path);
-    free(h->holder);
-    free(h->dcs);
-    free(h);
+    if (h->o.on_fork != SFZ_ON_FORK_CLAIM)
+        return sfz_fail_forked(h, err);
+    sfz_error local;
+    if (err == NULL)
+        err = &local;
+    pid_t me = getpid();
+    bool waited = false;
+    sfz_gate_lock_claims();
+    while (h->claiming == me) { /* another thread of ours claims it: its outcome is ours */
+        waited = true;
+        sfz_gate_wait_claims();
+    }
+    if (sfz_gate_owned_here(&h->owner)) {
+        sfz_gate_unlock_claims();
+        return SFZ_OK;
+    }
+    if (waited) {
+        int rc = sfz_fail(err, h->claim_rc, "%s", h->claim_msg);
+        sfz_gate_unlock_claims();
+        return rc;
+    }
+    h->claiming = me;
+    bool adopted = h->adopted_by == me; /* an earlier claim here failed: its parts are ours */
+    sfz_gate_unlock_claims();
+    pid_t parent = h->made_by;
+    int rc = adopted ? SFZ_OK : sfz_adopt(h, err);
+    if (rc == SFZ_OK) {
+        sfz_log_line(h, "info", "this process (pid %ld) is a fork() of pid %ld, whose handle it "
+                     "has: claiming a worker id of its own (on_fork = SFZ_ON_FORK_CLAIM)",
+                     (long)me, (long)parent);
+        rc = sfz_start_here(h, err);
+    }
+    if (rc != SFZ_OK) /* what a try left held goes now; the next id call starts over */
+        sfz_drop_registry(h);
+    sfz_gate_lock_claims();
+    h->claiming = 0;
+    if (rc == SFZ_OK) {
+        h->adopted_by = 0;
+        sfz_own(h);
+    } else {
+        h->claim_rc = rc;
+        snprintf(h->claim_msg, sizeof h->claim_msg, "%s", err->message);
+    }
+    sfz_gate_claims_changed();
+    sfz_gate_unlock_claims();
+    return rc;
+}
+
+int sfz_claim_after_fork(sfz *h, sfz_error *err)
+{
+    return sfz_forked(h) ? sfz_claim_here(h, err) : SFZ_OK;
+}
+
+void sfz_cancel(sfz *h)
+{
+    if (!sfz_enter_here(h))
+        return;
+    pthread_mutex_lock(&h->lock);
+    if (!h->started) { /* a started handle is stopped with sfz_stop, never cancelled */
+        h->cancelled = true;
+        if (h->registry != NULL)
+            sf_registry_cancel(h->registry);
+        pthread_cond_broadcast(&h->wake);
+    }
+    pthread_mutex_unlock(&h->lock);
+    sfz_leave(h);
 }
 
 /* Waits until no public call is inside h (new ones are refused from now on). Calls are
@@ -512,12 +709,13 @@ void sfz_stop(sfz *h)
 {
     if (h == NULL)
         return;
-    if (sfz_forked(h)) {
+    if (sfz_forked(h) && h->adopted_by != getpid()) {
         /* A child's copy: the session and the threads are the parent's (closing the session
          * here would end the parent's, joining a thread would wait for one that does not
          * exist here), and a lock a thread of the parent held at the fork stays held here,
          * so none is taken. The client library's memory for the session stays: no call of
-         * the client is safe here. */
+         * the client is safe here. (A child whose claim of it failed stops its own parts
+         * below, as any handle's.) */
         sfz_skew_forget(h->skew);
         sf_registry_forget(h->registry);
         sf_fence_forget(h->fence);

@@ -1,7 +1,8 @@
 /* embedded_calls.c -- what a handle answers once made (snowflake_zk.h): ids through the
- * fence, the state, the figures, sfz_shut. Every call passes the gate first
- * (embedded_internal.h): in a process the handle does not belong to (a child by fork())
- * it is refused at once, and once sfz_stop began it touches nothing sfz_stop frees. */
+ * fence, the state, the figures, sfz_shut. Every call passes the gate first, once
+ * (embedded_internal.h): in a process the handle does not belong to (a child by fork()) it
+ * is refused at once or, for ids with on_fork = SFZ_ON_FORK_CLAIM, waits for the child's
+ * own claim; and once sfz_stop began it touches nothing sfz_stop frees. */
 #define _GNU_SOURCE
 #include "embedded_internal.h"
 
@@ -14,34 +15,12 @@
 #include "common/clocks.h"
 #include "embedded_health.h"
 
-atomic_uint sfz_fork_generation;
-
-static pthread_once_t sfz_fork_once = PTHREAD_ONCE_INIT;
-static int sfz_fork_rc;
-
-/* In the child, before fork() returns there: every handle made before is not its own. */
-static void sfz_forked_child(void)
-{
-    atomic_fetch_add_explicit(&sfz_fork_generation, 1, memory_order_relaxed);
-}
-
-static void sfz_fork_setup(void)
-{
-    sfz_fork_rc = pthread_atfork(NULL, NULL, sfz_forked_child);
-}
-
-bool sfz_watch_forks(int *rc)
-{
-    pthread_once(&sfz_fork_once, sfz_fork_setup);
-    *rc = sfz_fork_rc;
-    return sfz_fork_rc == 0;
-}
-
 int sfz_fail_forked(const sfz *h, sfz_error *err)
 {
     return sfz_fail(err, SFZ_ERR_FORKED, "this handle was started by pid %ld; this process "
                     "(pid %ld) is a fork() of it and gets nothing from it: start a handle of "
-                    "its own after fork()", (long)h->pid, (long)getpid());
+                    "its own after fork() (or give the handle on_fork = SFZ_ON_FORK_CLAIM)",
+                    (long)h->made_by, (long)getpid());
 }
 
 /* Why a stopping handle refuses. */
@@ -49,8 +28,11 @@ static const char sfz_stopping_reason[] = "stopping: sfz_stop was called";
 
 int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
 {
-    if (sfz_forked(h))
-        return sfz_fail_forked(h, err);
+    if (sfz_forked(h)) {
+        int rc = sfz_claim_here(h, err);
+        if (rc != SFZ_OK)
+            return rc;
+    }
     if (__builtin_expect(ids == NULL || count == 0 || count > SFZ_MAX_IDS, 0))
         return sfz_fail(err, SFZ_ERR_ARG, "asked for %zu ids into %s: 1..%d ids, into a "
                         "buffer, are allowed", count, ids == NULL ? "NULL" : "a buffer",
@@ -87,7 +69,7 @@ int sfz_next_id(sfz *h, int64_t *id, sfz_error *err)
 /* The worker id or datacenter id held, behind the gate: -1 where the handle is not ours. */
 static int64_t sfz_gated_id(sfz *h, bool datacenter)
 {
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return -1;
     int64_t id = sfz_held_id(h, datacenter);
     sfz_leave(h);
@@ -104,21 +86,9 @@ int64_t sfz_datacenter_id(sfz *h)
     return sfz_gated_id(h, true);
 }
 
-void sfz_get_state(sfz *h, sfz_state *out)
+/* The state of a handle that is this process's, inside the gate. */
+static void sfz_state_inside(sfz *h, sfz_state *out)
 {
-    memset(out, 0, sizeof *out);
-    out->worker_id = -1;
-    out->datacenter_id = -1;
-    if (sfz_forked(h)) {
-        sfz_error err;
-        sfz_fail_forked(h, &err);
-        snprintf(out->reason, sizeof out->reason, "%s", err.message);
-        return;
-    }
-    if (!sfz_enter(h)) {
-        snprintf(out->reason, sizeof out->reason, "%s", sfz_stopping_reason);
-        return;
-    }
     pthread_mutex_lock(&h->lock);
     *out = h->state;
     pthread_mutex_unlock(&h->lock);
@@ -127,19 +97,63 @@ void sfz_get_state(sfz *h, sfz_state *out)
     /* The fence knows first when a lease ran out (a process frozen past it). */
     if (out->serving && sf_fence_refusal(h->fence, out->reason, sizeof out->reason))
         out->serving = false;
+}
+
+/* What a handle that is not this process's (a fork() child's copy) says of its state. */
+static void sfz_state_foreign(sfz *h, sfz_state *out)
+{
+    memset(out, 0, sizeof *out);
+    out->worker_id = -1;
+    out->datacenter_id = -1;
+    sfz_error err;
+    if (h->o.on_fork == SFZ_ON_FORK_CLAIM)
+        sfz_fail(&err, SFZ_ERR_FORKED, "starting: this process (pid %ld) is a fork() of pid "
+                 "%ld and claims a worker id of its own at its first id call",
+                 (long)getpid(), (long)h->made_by);
+    else
+        sfz_fail_forked(h, &err);
+    snprintf(out->reason, sizeof out->reason, "%s", err.message);
+}
+
+/* What a call refused at the gate because sfz_stop began says (h is not read again). */
+static void sfz_state_stopping(sfz_state *out)
+{
+    memset(out, 0, sizeof *out);
+    out->worker_id = -1;
+    out->datacenter_id = -1;
+    snprintf(out->reason, sizeof out->reason, "%s", sfz_stopping_reason);
+}
+
+void sfz_get_state(sfz *h, sfz_state *out)
+{
+    if (sfz_forked(h)) {
+        sfz_state_foreign(h, out);
+        return;
+    }
+    if (!sfz_enter(h)) {
+        sfz_state_stopping(out);
+        return;
+    }
+    sfz_state_inside(h, out);
     sfz_leave(h);
 }
 
 void sfz_get_health(sfz *h, sfz_health *out)
 {
-    sfz_state st;
-    sfz_get_state(h, &st); /* passes the gate itself: a refusal says why */
-    if (sfz_forked(h) || !sfz_enter(h)) {
+    if (sfz_forked(h)) {
+        sfz_health_fill(out, false, h->o.on_fork != SFZ_ON_FORK_CLAIM, NULL, NULL, 0);
+        return;
+    }
+    if (!sfz_enter(h)) {
         sfz_health_fill(out, false, true, NULL, NULL, 0);
         return;
     }
+    sfz_state st;
+    sfz_state_inside(h, &st);
     pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
     sfz_health_fill(out, st.serving, h->shut, h->registry, h->fence, h->since_ms);
+    out->start_tries = h->start_tries;
+    out->next_try_ms = h->next_try_ms;
     pthread_mutex_unlock(&h->lock);
     sfz_leave(h);
 }
@@ -147,7 +161,7 @@ void sfz_get_health(sfz *h, sfz_health *out)
 void sfz_read_state_fd(sfz *h)
 {
     /* A child's descriptor is the parent's eventfd: reading it would take its news. */
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return;
     uint64_t n;
     /* Unreadable until the next transition; nothing to read is fine (EAGAIN). */
@@ -160,7 +174,7 @@ int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen)
 {
     if (path != NULL && pathlen > 0)
         path[0] = '\0';
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return -1;
     pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
     int taken = h->registry != NULL ? sf_registry_worker_ids_taken(h->registry) : -1;
@@ -174,7 +188,7 @@ int sfz_worker_ids_taken(sfz *h, char *path, size_t pathlen)
 void sfz_get_stats(sfz *h, sf_worker_stats *out)
 {
     memset(out, 0, sizeof *out);
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return;
     sf_worker *w = sf_fence_worker(h->fence);
     if (w != NULL)
@@ -185,7 +199,7 @@ void sfz_get_stats(sfz *h, sf_worker_stats *out)
 void sfz_get_renewals(sfz *h, sfz_renewals *out)
 {
     sf_registry_renewal_stats rs = {.last_ms = -1}; /* sfz_renewals's fields (asserted) */
-    if (!sfz_forked(h) && sfz_enter(h)) {
+    if (sfz_enter_here(h)) {
         pthread_mutex_lock(&h->lock); /* a start between two paths may drop the registry */
         if (h->registry != NULL)
             sf_registry_get_renewal_stats(h->registry, &rs);
@@ -198,7 +212,7 @@ void sfz_get_renewals(sfz *h, sfz_renewals *out)
 void sfz_get_skew(sfz *h, sfz_skew *out)
 {
     memset(out, 0, sizeof *out);
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return;
     pthread_mutex_lock(&h->lock);
     if (h->skew != NULL)
@@ -209,12 +223,16 @@ void sfz_get_skew(sfz *h, sfz_skew *out)
 
 int sfz_state_fd(sfz *h)
 {
-    return sfz_forked(h) ? -1 : h->event_fd;
+    if (!sfz_enter_here(h))
+        return -1;
+    int fd = h->event_fd;
+    sfz_leave(h);
+    return fd;
 }
 
 void sfz_shut(sfz *h, const char *reason)
 {
-    if (sfz_forked(h) || !sfz_enter(h))
+    if (!sfz_enter_here(h))
         return;
     pthread_mutex_lock(&h->lock);
     h->shut = true;

@@ -1,5 +1,7 @@
-/* embedded_gate.c -- the threads' slots sfz_stop looks through, and the membarrier that makes
- * the id path's plain stores visible to it (embedded_gate.h). */
+/* embedded_gate.c -- the gate (embedded_gate.h): the process a handle belongs to, told apart
+ * across fork() by a word of the process's and, on the slow path, by getpid(); the threads'
+ * slots sfz_stop looks through, and the membarrier that makes the id path's plain stores
+ * visible to it. */
 #define _GNU_SOURCE
 #include "embedded_gate.h"
 
@@ -15,13 +17,63 @@
 
 #define SFZ_GATE_POLL_MS 1 /* how often sfz_gate_drain looks again */
 
+atomic_uint sfz_fork_word;
+void (*_Atomic sfz_gate_inside_hook)(const void *handle);
 __thread sfz_gate_slot *sfz_gate_mine __attribute__((tls_model("initial-exec")));
 
-static pthread_mutex_t sfz_gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sfz_gate_lock = PTHREAD_MUTEX_INITIALIZER; /* the slots' list */
+static pthread_mutex_t sfz_claims_lock = PTHREAD_MUTEX_INITIALIZER; /* handles' owners */
+static pthread_cond_t sfz_claims_done = PTHREAD_COND_INITIALIZER;    /* a claim ended */
 static sfz_gate_slot *sfz_gate_slots;
 static pthread_key_t sfz_gate_key;
 static pthread_once_t sfz_gate_once = PTHREAD_ONCE_INIT;
-static bool sfz_gate_keyed;
+static int sfz_gate_rc;        /* of the set-up: 0, or why it failed */
+static _Atomic pid_t sfz_process_pid;   /* the process the gate is settled in */
+static atomic_uint sfz_process_depth;   /* forks between the first process and that one */
+
+/* Settles the gate in this process, if it is not yet: a fork()ed child, at its first look
+ * (the library's child handler, or a call from a program's own child handler, which runs
+ * before it). The child has one thread then: the lock the prepare handler took is made
+ * anew, the slots of the parent's other threads (which do not exist here) name no handle,
+ * and the word moves on for good, so every handle made before the fork takes the slow path
+ * here. */
+static void sfz_gate_settle(void)
+{
+    pid_t me = getpid();
+    if (atomic_load_explicit(&sfz_process_pid, memory_order_acquire) == me)
+        return;
+    pthread_mutex_init(&sfz_gate_lock, NULL);
+    pthread_mutex_init(&sfz_claims_lock, NULL);
+    pthread_cond_init(&sfz_claims_done, NULL);
+    for (sfz_gate_slot *s = sfz_gate_slots; s != NULL; s = s->next)
+        atomic_store_explicit(&s->inside, NULL, memory_order_relaxed);
+    unsigned word = atomic_load_explicit(&sfz_fork_word, memory_order_relaxed);
+    atomic_store_explicit(&sfz_fork_word, (word | SFZ_FORKS_UNDER_WAY) + 1,
+                          memory_order_relaxed);
+    atomic_fetch_add_explicit(&sfz_process_depth, 1, memory_order_relaxed);
+    atomic_store_explicit(&sfz_process_pid, me, memory_order_release);
+}
+
+/* Before fork(), in the parent: from now until sfz_gate_parent, every handle's word differs
+ * (its calls take the slow path, which finds them this process's), and so does the child's
+ * copy of it, whatever runs there first. The slots' list is held across the fork, so the
+ * child's copy of it is whole. */
+static void sfz_gate_prepare(void)
+{
+    atomic_fetch_add_explicit(&sfz_fork_word, 1, memory_order_relaxed);
+    pthread_mutex_lock(&sfz_gate_lock);
+}
+
+static void sfz_gate_parent(void)
+{
+    pthread_mutex_unlock(&sfz_gate_lock);
+    atomic_fetch_sub_explicit(&sfz_fork_word, 1, memory_order_relaxed);
+}
+
+static void sfz_gate_child(void)
+{
+    sfz_gate_settle();
+}
 
 /* A thread ends: its slot goes (it is inside no handle then). */
 static void sfz_gate_slot_free(void *p)
@@ -38,35 +90,68 @@ static void sfz_gate_slot_free(void *p)
     free(s);
 }
 
-/* Around fork(): the child gets the list unlocked, and the slots of the parent's other
- * threads (which do not exist there) name no handle. */
-static void sfz_gate_prepare(void)
-{
-    pthread_mutex_lock(&sfz_gate_lock);
-}
-
-static void sfz_gate_parent(void)
-{
-    pthread_mutex_unlock(&sfz_gate_lock);
-}
-
-static void sfz_gate_child(void)
-{
-    for (sfz_gate_slot *s = sfz_gate_slots; s != NULL; s = s->next)
-        atomic_store_explicit(&s->inside, NULL, memory_order_relaxed);
-    pthread_mutex_unlock(&sfz_gate_lock);
-}
-
 static void sfz_gate_setup(void)
 {
-    sfz_gate_keyed = pthread_key_create(&sfz_gate_key, sfz_gate_slot_free) == 0 &&
-                     pthread_atfork(sfz_gate_prepare, sfz_gate_parent, sfz_gate_child) == 0;
+    atomic_store_explicit(&sfz_process_pid, getpid(), memory_order_release);
+    sfz_gate_rc = pthread_key_create(&sfz_gate_key, sfz_gate_slot_free);
+    if (sfz_gate_rc == 0)
+        sfz_gate_rc = pthread_atfork(sfz_gate_prepare, sfz_gate_parent, sfz_gate_child);
+}
+
+bool sfz_gate_watch_forks(int *rc)
+{
+    pthread_once(&sfz_gate_once, sfz_gate_setup);
+    *rc = sfz_gate_rc;
+    return sfz_gate_rc == 0;
+}
+
+void sfz_gate_owner_here(sfz_owner *owner, unsigned *word)
+{
+    sfz_gate_settle();
+    owner->pid = atomic_load_explicit(&sfz_process_pid, memory_order_acquire);
+    owner->depth = atomic_load_explicit(&sfz_process_depth, memory_order_relaxed);
+    *word = atomic_load_explicit(&sfz_fork_word, memory_order_relaxed) & ~SFZ_FORKS_UNDER_WAY;
+}
+
+bool sfz_gate_owned_here(const sfz_owner *owner)
+{
+    return owner->pid == atomic_load_explicit(&sfz_process_pid, memory_order_acquire) &&
+           owner->depth == atomic_load_explicit(&sfz_process_depth, memory_order_relaxed);
+}
+
+bool sfz_gate_foreign(const sfz_owner *owner)
+{
+    sfz_gate_lock_claims();
+    bool foreign = !sfz_gate_owned_here(owner);
+    sfz_gate_unlock_claims();
+    return foreign;
+}
+
+void sfz_gate_lock_claims(void)
+{
+    sfz_gate_settle();
+    pthread_mutex_lock(&sfz_claims_lock);
+}
+
+void sfz_gate_unlock_claims(void)
+{
+    pthread_mutex_unlock(&sfz_claims_lock);
+}
+
+void sfz_gate_wait_claims(void)
+{
+    pthread_cond_wait(&sfz_claims_done, &sfz_claims_lock);
+}
+
+void sfz_gate_claims_changed(void)
+{
+    pthread_cond_broadcast(&sfz_claims_done);
 }
 
 bool sfz_gate_register(void)
 {
-    pthread_once(&sfz_gate_once, sfz_gate_setup);
-    return sfz_gate_keyed &&
+    int rc;
+    return sfz_gate_watch_forks(&rc) &&
            syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 

@@ -1,11 +1,11 @@
 /* embedded_internal.h -- what libsnowflake-zk's files share and nothing outside them sees:
- * the handle's struct and the gate every public call passes first. The public interface is
- * snowflake_zk.h; this header may change with any commit.
+ * the handle's struct and the gate every public call passes first, once. The public
+ * interface is snowflake_zk.h; this header may change with any commit.
  *
- * The gate: a handle belongs to the process that made it (a fork() makes a child whose copy
- * must hand out nothing: the generation below tells it, for one relaxed load), and sfz_stop
- * frees nothing while a call is inside (the calls counter it waits on, and for the id path
- * the threads' slots of embedded_gate.h, which cost no locked instruction). */
+ * The gate (embedded_gate.h): a handle belongs to one process (a fork() makes a child whose
+ * copy must never hand out the parent's ids: the fork word tells it, for one relaxed load),
+ * and sfz_stop frees nothing while a call is inside (the calls counter it waits on, and for
+ * the id path the threads' slots, which cost no locked instruction). */
 #ifndef SFZ_EMBEDDED_INTERNAL_H
 #define SFZ_EMBEDDED_INTERNAL_H
 
@@ -29,20 +29,31 @@
 struct sfz {
     /* What every call reads: first, so that they share a cache line. */
     sf_fence *fence;             /* owns every worker made for the handle */
-    unsigned fork_generation;    /* sfz_fork_generation when the handle was made */
+    atomic_uint fork_word;       /* sfz_fork_word of the process it belongs to, no fork under
+                                  * way: the id path's one compare (embedded_gate.h) */
     atomic_uint_fast64_t calls;  /* public calls inside now, | SFZ_STOPPING */
     bool gate_light;             /* sfz_gate_register held: the id path takes a slot */
-    pid_t pid;                   /* the process that made the handle, for the refusal */
+    sfz_owner owner;             /* the process it belongs to (under the gate's claims lock) */
+    pid_t made_by;               /* the pid of that process, for the refusal's message */
+    pid_t claiming;              /* a thread of this pid claims the handle for its process */
+    pid_t adopted_by;            /* the process whose parts the handle has, its claim not
+                                  * done (a fork() child whose claim failed); 0 = none */
+    int claim_rc;                /* the last failed claim of a child, for the threads that */
+    char claim_msg[SFZ_ERROR_MAX]; /* waited for it */
 
     char *zookeeper, *auth, *worker_id_path, *holder;
     bool default_holder;         /* holder is ours: it names the datacenter tried */
     sfz_datacenters *dcs;        /* datacenter_paths, parsed; NULL for a fixed datacenter */
     int dc_index;                /* with dcs: the datacenter tried now (first: at random) */
     sfz_options o;               /* the options, its strings pointing at the copies above */
-    pthread_mutex_t lock;        /* guards registry (while starting), cancelled, state */
+    pthread_mutex_t lock;        /* guards registry (while starting), cancelled, started, the
+                                  * start's tries, state */
     pthread_cond_t wake;         /* a cancel during a retry wait */
     sf_registry *registry;
     bool cancelled;
+    bool started;                /* the start returned: sfz_cancel does nothing any more */
+    int start_tries;             /* the start's tries so far, while it runs (else 0) */
+    int64_t next_try_ms;         /* Unix ms of its next try while it waits (else 0) */
     bool shut;                   /* sfz_shut: the fence never opens again */
     sfz_state state;
     int64_t since_ms;            /* Unix ms: when state.serving last changed (or the start) */
@@ -52,23 +63,24 @@ struct sfz {
     sfz_notifier *notifier;      /* makes the application's callbacks, never the registry */
 };
 
-/* This process's fork generation: 0 where the library was loaded, one more in each child
- * fork() makes from it (a pthread_atfork handler, set up by sfz_watch_forks). */
-SFZ_INTERNAL extern atomic_uint sfz_fork_generation;
-
-/* Sets up the fork handler once per process; false (errno-style code in *rc) when
- * pthread_atfork could not. */
-SFZ_INTERNAL bool sfz_watch_forks(int *rc);
-
-/* True when this process is not the one that made h: a child of it, by fork(). */
+/* True when h does not belong to this process (a fork() child's copy of it): one relaxed
+ * load and a compare, and the slow path (embedded_gate.h) only after a fork. */
 static inline bool sfz_forked(const sfz *h)
 {
-    return __builtin_expect(atomic_load_explicit(&sfz_fork_generation, memory_order_relaxed) !=
-                                h->fork_generation, 0);
+    if (__builtin_expect(atomic_load_explicit(&sfz_fork_word, memory_order_relaxed) ==
+                             atomic_load_explicit(&h->fork_word, memory_order_acquire), 1))
+        return false;
+    return sfz_gate_foreign(&h->owner);
 }
 
-/* Fills err with SFZ_ERR_FORKED, naming the process that made h; returns the code. */
+/* Fills err with SFZ_ERR_FORKED, naming the process h belongs to; returns the code. */
 SFZ_INTERNAL int sfz_fail_forked(const sfz *h, sfz_error *err);
+
+/* A fork() child's id call on a handle not its own: with SFZ_ON_FORK_CLAIM, claims the
+ * child's own worker id (waiting for another thread's claim of it instead, if one is under
+ * way) and returns SFZ_OK once the handle is this process's; else the refusal, or the
+ * claim's failure (embedded.c). */
+SFZ_INTERNAL int sfz_claim_here(sfz *h, sfz_error *err);
 
 static inline void sfz_leave(sfz *h)
 {
@@ -83,7 +95,18 @@ static inline bool sfz_enter(sfz *h)
         sfz_leave(h);
         return false;
     }
+    void (*hook)(const void *) = atomic_load_explicit(&sfz_gate_inside_hook,
+                                                      memory_order_relaxed);
+    if (__builtin_expect(hook != NULL, 0))
+        hook(h);
     return true;
+}
+
+/* The gate of a call that takes no id and returns no code: false, touching h no more, where
+ * h is not this process's or sfz_stop began; else the call is inside until sfz_leave. */
+static inline bool sfz_enter_here(sfz *h)
+{
+    return !sfz_forked(h) && sfz_enter(h);
 }
 
 /* Enters the id path (embedded_gate.h): false once sfz_stop began. *slot is what

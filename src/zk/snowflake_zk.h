@@ -97,6 +97,10 @@ typedef struct sfz_health {
     int session;               /* an sfz_session */
     uint64_t reconnects;       /* connections to ZooKeeper that came up again after the first */
     uint64_t sessions_expired; /* sessions ZooKeeper expired (or whose credential it refused) */
+    int start_tries;           /* while starting: the tries of the start so far (the one under
+                                  way included); 0 once it returned */
+    int64_t next_try_ms;       /* while starting and waiting between tries: Unix ms of the
+                                  next; else 0 */
 } sfz_health;
 
 /* Asks the holder at host_port (a program serving the Snowflake Thrift service there, e.g.
@@ -122,17 +126,28 @@ typedef void (*sfz_state_fn)(void *ctx, const sfz_state *state);
  * (written from the callbacks' thread too). */
 typedef void (*sfz_log_fn)(void *ctx, const char *level, const char *message);
 
+/* What a fork() child does with a handle made before the fork (sfz_options.on_fork; see
+ * "Processes" below). */
+enum {
+    SFZ_ON_FORK_REFUSE = 0, /* every call in the child is refused (SFZ_ERR_FORKED) */
+    SFZ_ON_FORK_CLAIM = 1   /* the child claims a worker id of its own, with the handle's
+                               options, at its first id call or sfz_claim_after_fork */
+};
+
 /* X(field, min, max, default) for every integer option. */
 #define SFZ_INT_OPTIONS(X)                                                                  \
     X(session_timeout_ms, 1000, 600000, 10000) /* asked of ZooKeeper */                     \
-    X(start_retries, 0, 100, 5)         /* ZooKeeper unreachable at start: tries after the first */ \
+    X(start_timeout_ms, 0, 86400000, 300000) /* how long a start keeps trying a failure \
+                                           that can pass (see sfz_start); 0 = for ever */ \
     X(start_retry_wait_ms, 0, 60000, 500) /* before the first retry, doubling, at most 30 s */ \
-    X(claim_retries, 0, 100, 2)         /* a taken static id is tried this many more times */ \
+    X(claim_retries, 0, 100, 2)         /* a taken static id is tried this many more times \
+                                           within one try of the start */                \
     X(claim_retry_wait_ms, 0, 600000, 10000)                                                \
     X(state_interval_ms, 100, 60000, 2000) /* the last timestamp is recorded this often */ \
     X(startup_sleep_ms, 0, 600000, 0)   /* after the claim, wait this long before serving */ \
     X(max_peer_skew_ms, 0, 600000, 0)   /* refuse ids while our clock is this far from the \
-                                           peers' (needs query_peer); 0 = off */
+                                           peers' (needs query_peer); 0 = off */         \
+    X(on_fork, SFZ_ON_FORK_REFUSE, SFZ_ON_FORK_CLAIM, SFZ_ON_FORK_REFUSE) /* above */
 
 typedef struct sfz_options {
     const char *zookeeper;      /* "host:port,host:port"; required */
@@ -189,19 +204,26 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err);
 
 /* Connects, checks, claims a worker id and waits until the clock is past the timestamp
  * recorded for it; then the handle serves and renews its lease on a thread of its own.
- * When no ZooKeeper server answers, or ZooKeeper fails a request of the claim (a connection
- * lost or timed out, a session expired), tries start_retries more times, waiting about
- * start_retry_wait_ms (doubling, each wait drawn from its upper half so that a fleet
- * starting together spreads out) between tries, then fails with SFZ_ERR_UNREACHABLE.
- * With every id taken it fails at once with SFZ_ERR_CLAIM, the message naming how many
- * hold them and as many holders as fit ("..., and N more").
+ * A try that fails for a reason that can pass is tried again, for start_timeout_ms from the
+ * start (0: for ever): no ZooKeeper server answers, ZooKeeper fails a request of the claim
+ * (a connection lost or timed out, a session expired), every worker id is taken (or the
+ * static one, after claim_retries), our clock is too far from ZooKeeper's or the peers', or
+ * a peer does not answer its check. Between tries it waits about start_retry_wait_ms,
+ * doubling up to 30 s, each wait drawn from its upper half so that a fleet starting together
+ * spreads out; a try after ZooKeeper did not answer comes at once when the session the
+ * client kept trying comes up. It logs once per try (a warning naming the failure, the try
+ * and when the next comes) and tells on_state "starting: ..." the same; sfz_get_health
+ * counts the tries. When the time is up it fails with SFZ_ERR_UNREACHABLE (ZooKeeper) or
+ * SFZ_ERR_CLAIM (ids taken, a check), saying how often and how long it tried.
+ * What cannot pass fails at once with SFZ_ERR_CLAIM: a refused credential, an epoch other
+ * than the one recorded for the path, a peer that reports another datacenter or worker id.
  * Blocks until then; sfz_cancel from another thread makes it fail with SFZ_ERR_STOPPED.
  * On success *out is the handle. */
 int sfz_start(const sfz_options *opts, sfz **out, sfz_error *err);
 
 /* Makes a blocked sfz_start return SFZ_ERR_STOPPED soon, leaving no node behind. For a handle
- * not yet returned, pass the one from sfz_prepare. Only for a start: a started handle is
- * stopped with sfz_stop. */
+ * not yet returned, pass the one from sfz_prepare. Only for a start: on a handle whose start
+ * returned it does nothing (a started handle is stopped with sfz_stop). */
 void sfz_cancel(sfz *h);
 
 /* Like sfz_start in two steps, so that another thread can sfz_cancel the start: sfz_prepare
@@ -345,16 +367,38 @@ void sfz_stop(sfz *h);
  * sfz_stop returns, as with any free. Once, and not while sfz_run runs on the handle
  * (sfz_cancel it and wait for sfz_run to return).
  *
- * Processes. A handle belongs to the process that made it (sfz_prepare or sfz_start). In a
- * child made by fork() every call on it is refused at once: SFZ_ERR_FORKED ("this handle was
- * started by pid N; ... start a handle of its own after fork()"), or, for the calls that
- * return no code, nothing held (worker id -1, not serving with that reason, no figures,
- * sfz_state_fd -1). The child shares the parent's worker id, its lease and its last
- * timestamp: ids from both would repeat. A pre-fork server starts one handle in each worker
- * process after the fork (each claims its own worker id) and none in the parent, or stops
- * the parent's before forking. The check costs one relaxed load per call (a generation set
- * by a pthread_atfork handler); a child made without fork() or pthread_atfork's handlers
- * (a raw clone() system call) is not seen. */
+ * Processes. A handle belongs to the process that made it (sfz_prepare or sfz_start). A
+ * child made by fork() shares the parent's worker id, its lease and its last timestamp: ids
+ * from both would repeat. So in the child the handle never answers with the parent's pair,
+ * from the moment of the fork (in a pthread_atfork child handler that runs before the
+ * library's too); what it does instead is on_fork's:
+ *   - SFZ_ON_FORK_REFUSE (the default): every call is refused at once: SFZ_ERR_FORKED
+ *     ("this handle was started by pid N; ... start a handle of its own after fork()"), or,
+ *     for the calls that return no code, nothing held (worker id -1, not serving with that
+ *     reason, no figures, sfz_state_fd -1).
+ *   - SFZ_ON_FORK_CLAIM: the child's first id call (or sfz_claim_after_fork, e.g. from a
+ *     post-fork hook) claims a worker id of the child's own with the handle's options: its
+ *     own ZooKeeper session, claim and floor, as sfz_start does (start_timeout_ms bounds it).
+ *     Calls wait for that claim and fail as a start fails when it does (the next id call
+ *     tries again); the calls that return no code answer, until the claim, as for a handle
+ *     that has not started. Once it serves, the handle is the child's: sfz_stop in the child
+ *     releases the child's pair.
+ * Whatever the child does (calls, sfz_stop, exit with or without atexit handlers, exec), the
+ * parent's session, worker node, floor, descriptors and threads are untouched: the child
+ * never writes to the parent's ZooKeeper connection or closes its session; the parent's
+ * client memory is left as it is in the child (no call of the client is safe there).
+ * Every descriptor the library opens is close-on-exec. A pre-fork server either uses
+ * SFZ_ON_FORK_CLAIM (each worker then holds a pair, and so does the parent if it started
+ * the handle; prepare it there without sfz_run to hold none) or starts a handle in each
+ * worker. The check costs one relaxed load and a compare per call; a child made without
+ * fork() or pthread_atfork's handlers (a raw clone() system call) is not seen. */
+
+/* With on_fork = SFZ_ON_FORK_CLAIM, in a fork() child of the process the handle was made in
+ * (or whose pair it holds): claims the child's own worker id now, as the child's first id
+ * call would, waiting for it; SFZ_OK once it serves, else the start's failure. SFZ_OK at
+ * once where the handle already belongs to this process; SFZ_ERR_FORKED with
+ * SFZ_ON_FORK_REFUSE. */
+int sfz_claim_after_fork(sfz *h, sfz_error *err);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,9 @@
  *
  * Usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER_ID_PATH WORKER|auto DATACENTER
  *        SESSION_TIMEOUT_MS CLAIM_RETRIES CLAIM_RETRY_WAIT_MS STATE_INTERVAL_MS
+ *        [START_TIMEOUT_MS]
+ * START_TIMEOUT_MS bounds how long its start tries (0, the default: for ever, as the
+ * ensemble may be down when a restart comes).
  * Prints "chaos_embedded: ids=N fenced=N clock_errors=N" at the end. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -70,10 +73,10 @@ static int parse_int(const char *s, const char *what, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    if (argc != 11) {
+    if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: chaos_embedded OUT_DIR LABEL HOSTS WORKER_ID_PATH WORKER|auto "
                         "DATACENTER SESSION_TIMEOUT_MS CLAIM_RETRIES CLAIM_RETRY_WAIT_MS "
-                        "STATE_INTERVAL_MS\n");
+                        "STATE_INTERVAL_MS [START_TIMEOUT_MS]\n");
         return 2;
     }
     const char *dir = argv[1], *label = argv[2];
@@ -87,7 +90,7 @@ int main(int argc, char **argv)
     o.claim_retries = parse_int(argv[8], "CLAIM_RETRIES", 0, 100);
     o.claim_retry_wait_ms = parse_int(argv[9], "CLAIM_RETRY_WAIT_MS", 0, 600000);
     o.state_interval_ms = parse_int(argv[10], "STATE_INTERVAL_MS", 100, 60000);
-    o.start_retries = 100; /* the ensemble may be down when a restart comes */
+    o.start_timeout_ms = argc == 12 ? parse_int(argv[11], "START_TIMEOUT_MS", 0, 86400000) : 0;
     o.on_state = on_state;
     snprintf(state_path, sizeof state_path, "%s/state-%s", dir, label);
     char ids_path[512];

@@ -162,7 +162,6 @@ static void *starter(void *arg)
         sfz_options_init(&o);
         o.zookeeper = hosts;
         o.session_timeout_ms = session_ms;
-        o.start_retries = 20;
         char path[256];
         int dc;
         if (sscanf(paths, "%d:%255s", &dc, path) == 2) {

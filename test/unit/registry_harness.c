@@ -237,3 +237,9 @@ int sf_test_registry_main(const char *name, Suite *suite, sf_test_zk *zk)
     sf_test_zk_stop_all_under(base);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int sf_test_cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}

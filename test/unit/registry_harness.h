@@ -37,6 +37,9 @@ bool sf_test_wait_gone(zhandle_t *zh, const char *path, int ms);
 
 void sf_test_sleep_ms(int64_t ms);
 
+/* Orders two int64_t ids, for qsort and bsearch. */
+int sf_test_cmp_id(const void *a, const void *b);
+
 /* CLOCK_BOOTTIME ms, the lease's clock, read here independently of the registry. */
 int64_t sf_test_boot_ms(void);
 
