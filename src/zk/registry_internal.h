@@ -204,6 +204,7 @@ struct sf_registry {
     atomic_int slots_taken;  /* worker ids taken under worker_id_path as last read; -1 = not yet */
     atomic_bool slots_off;   /* closing: a change (our own node going) reads no more */
     atomic_bool slots_dirty; /* the watch fired: the thread reads the holders again */
+    atomic_bool cloexec_warned; /* the client's descriptors could not be marked: said once */
     int64_t slots_read_at;   /* boot ms of the last read the watch was armed with */
     sf_reg_holders holders;  /* who holds them, for the live peer list */
     int slots_reading;       /* reads of worker_id_path's children not yet answered */

@@ -14,19 +14,36 @@
 #include <time.h>
 
 #include "common/clocks.h"
+#include "common/cloexec.h"
 #include "lib/snowflake.h"
 
 /* The session watcher: turns connection changes into events; never calls into ZooKeeper.
  * Events of a handle already replaced are ignored; other watches (the lock's) wake waiters. */
+/* The client opens its descriptors without close-on-exec: a program's exec'd child would
+ * keep a copy of each (cloexec.h says why that matters). Its wake-up pipe is made by
+ * zookeeper_init (so a pipe another thread of the program makes meanwhile is marked too),
+ * its socket anew on every connection: each is marked once made, the socket when the
+ * connection is up. A failure to look is logged once. */
+static void sf_reg_cloexec_done(sf_registry *r, int marked)
+{
+    if (marked >= 0 || atomic_exchange(&r->cloexec_warned, true))
+        return;
+    sf_reg_log(r, "warning", "cannot mark the ZooKeeper client's descriptors close-on-exec "
+               "(/proc/self/fd: %s): a program's exec'd children may inherit them",
+               strerror(errno));
+}
+
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)path;
     sf_registry *r = ctx;
+    char server[128] = "";
     pthread_mutex_lock(&r->mu);
     if (type == ZOO_SESSION_EVENT && zh == r->zh) {
         if (state == ZOO_CONNECTED_STATE) {
             sf_reg_granted(r, zoo_recv_timeout(zh));
             sf_reg_step(r, SF_REG_EV_CONNECTED, NULL);
+            snprintf(server, sizeof server, "%s", zoo_get_current_server(zh));
         }
         else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE)
             sf_reg_step(r, SF_REG_EV_EXPIRED, NULL);
@@ -36,6 +53,8 @@ void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path
     r->events++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (server[0] != '\0')
+        sf_reg_cloexec_done(r, sf_cloexec_sockets_to(server));
 }
 
 /* Completion of zoo_add_auth: hands the result to the waiting thread. */
@@ -68,11 +87,18 @@ int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     /* The watcher may run before zookeeper_init returns: it must find the new handle. */
     pthread_mutex_lock(&r->mu);
     sf_reg_renewals_forget(r, old);
-    errno = 0;
     r->session_started = sf_clocks_boot_ms();
+    sf_fdset before;
+    int listed = sf_cloexec_snapshot(&before);
+    errno = 0;
     r->zh = zookeeper_init(r->servers, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r,
                            0);
     bool ok = r->zh != NULL;
+    int init_errno = errno;
+    if (ok)
+        sf_reg_cloexec_done(r, listed == 0 ? sf_cloexec_new_pipes(&before) : -1);
+    free(before.bits);
+    errno = init_errno;
     /* The client resolves the host names again on every turn of its loop unless told not
      * to: once per connection is enough, and a thread inside getaddrinfo when the program
      * forks leaves a lock held in the child (glibc's), where the next resolution hangs. */

@@ -7,6 +7,8 @@
  * allocator's lock inherits the lock held, and hangs. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -416,6 +418,74 @@ START_TEST(claiming_children_hold_pairs_of_their_own)
 }
 END_TEST
 
+/* The descriptors above 2 that a program sees when exec'd from this process, by
+ * posix_spawn (spawn) or by fork and exec: `ls -l /proc/self/fd` run so, its lines for
+ * sockets and pipes but the one it writes to. */
+static void inherited_descriptors(bool spawn, char *out, size_t outlen)
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    char *argv[] = {"ls", "-l", "/proc/self/fd", NULL};
+    pid_t pid;
+    if (spawn) {
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+        ck_assert_int_eq(posix_spawn(&pid, "/bin/ls", &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+    } else {
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            dup2(p[1], 1);
+            execv("/bin/ls", argv);
+            _exit(127);
+        }
+    }
+    close(p[1]);
+    char listing[8192];
+    size_t n = 0;
+    ssize_t got;
+    while (n < sizeof listing - 1 && (got = read(p[0], listing + n, sizeof listing - 1 - n)) > 0)
+        n += (size_t)got;
+    listing[n] = '\0';
+    close(p[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    out[0] = '\0';
+    for (char *line = strtok(listing, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char *arrow = strstr(line, " -> ");
+        if (arrow == NULL || (strstr(arrow, "socket:") == NULL && strstr(arrow, "pipe:") == NULL))
+            continue;
+        char *fd = arrow;
+        while (fd > line && fd[-1] != ' ')
+            fd--;
+        if (atoi(fd) > 2)
+            snprintf(out + strlen(out), outlen - strlen(out), "%s; ", fd);
+    }
+}
+
+/* A program that holds a handle and runs another (posix_spawn, or fork and exec) passes it
+ * none of the handle's descriptors: the ZooKeeper client's pipe and socket are marked
+ * close-on-exec (the client does not), as the library's own are. */
+START_TEST(exec_children_inherit_nothing_of_the_handle)
+{
+    char before[4096], spawned[4096], forked[4096];
+    inherited_descriptors(true, before, sizeof before); /* the test harness's own */
+    sfz *h = start_steady("/f-exec");
+    int64_t id;
+    sfz_error err;
+    ck_assert_msg(sfz_next_id(h, &id, &err) == SFZ_OK, "%s", err.message);
+    inherited_descriptors(true, spawned, sizeof spawned);
+    inherited_descriptors(false, forked, sizeof forked);
+    sfz_stop(h);
+    ck_assert_msg(strcmp(spawned, before) == 0, "posix_spawn passed on: %s (before the handle: "
+                  "%s)", spawned, before);
+    ck_assert_msg(strcmp(forked, before) == 0, "fork and exec passed on: %s (before the "
+                  "handle: %s)", forked, before);
+}
+END_TEST
+
 static Suite *fork_suite(void)
 {
     Suite *s = suite_create("fork");
@@ -424,6 +494,7 @@ static Suite *fork_suite(void)
     tcase_add_test(tc, child_handler_registered_first_gets_no_id);
     tcase_add_test(tc, fork_child_is_refused_and_starts_its_own);
     tcase_add_test(tc, claiming_children_hold_pairs_of_their_own);
+    tcase_add_test(tc, exec_children_inherit_nothing_of_the_handle);
     suite_add_tcase(s, tc);
     return s;
 }
