@@ -50,6 +50,9 @@ typedef struct sf_admin_state {
     gboolean worker_ids_current; /* FALSE while the count may be stale (no session) */
     gboolean skew_known;        /* the live clock check has an estimate: skew_ms */
     int64_t skew_ms;
+    int start_tries;            /* while the start tries: the try under way or last failed;
+                                 * 0 once it started (or before its first try) */
+    int64_t next_try_ms;        /* Unix ms of its next try while it waits; 0 = none */
 } sf_admin_state;
 
 /* Sets what /state.json says (strings copied). */

@@ -41,6 +41,17 @@ char *sf_admin_render_state(const sf_admin_snapshot *snap, const char *node, int
         g_string_append_printf(out, ",\"clock_skew_ms\":%" G_GINT64_FORMAT, st->skew_ms);
     else
         g_string_append(out, ",\"clock_skew_ms\":null");
+    /* While the start tries again (ZooKeeper down, every id taken, ...): how often so far,
+     * and when next. */
+    if (snap->has_state && st->start_tries > 0) {
+        g_string_append_printf(out, ",\"start\":{\"tries\":%d,\"next_try_ms\":", st->start_tries);
+        if (st->next_try_ms > 0)
+            g_string_append_printf(out, "%" G_GINT64_FORMAT "}", st->next_try_ms);
+        else
+            g_string_append(out, "null}");
+    } else {
+        g_string_append(out, ",\"start\":null");
+    }
     g_string_append(out, "}\n");
     return g_string_free(out, FALSE);
 }

@@ -79,6 +79,7 @@ static const sf_key sf_keys[] = {
     { "snowflake", "log_level", SF_KEY_LEVEL, SF_FIELD(log_level), 0, 0 },
     { "zookeeper", "hosts", SF_KEY_STRING, SF_FIELD(registry.hosts), 0, 0 },
     SF_REGISTRY_KEY("session_timeout_ms", session_timeout_ms),
+    { "zookeeper", "start_timeout_s", SF_KEY_INT64, SF_FIELD(start_timeout_s), 0, 86400 },
     { "zookeeper", "auth", SF_KEY_STRING, SF_FIELD(registry.auth), 0, 0 },
     SF_REGISTRY_KEY("claim_retries", claim_retries),
     SF_REGISTRY_KEY("claim_retry_wait_ms", claim_retry_wait_ms),
@@ -107,6 +108,7 @@ void sf_config_init(sf_config *cfg)
     cfg->server.bind_address = g_strdup(cfg->server.bind_address); /* owned, as every string */
     sf_handler_options_init(&cfg->handler);
     cfg->startup_sleep_ms = 0;
+    cfg->start_timeout_s = 300;
     cfg->epoch_ms = SF_TWITTER_EPOCH_MS;
     cfg->log_level = g_strdup("info");
     sf_registry_options_init(&cfg->registry);

@@ -43,6 +43,7 @@ typedef struct sf_config {
      * claim_retry_wait_ms, state_interval_ms; [snowflake] worker_id_path,
      * skip_sanity_checks, skip_unreachable_peers. Its strings are owned here. */
     sf_registry_options registry;
+    int64_t start_timeout_s;          /* [zookeeper] 0..86400, default 300; 0 = for ever */
     /* ours */
     bool listen_while_not_serving;    /* default false: the port is open only while serving */
     int64_t epoch_ms;                 /* default 1288834974657 */

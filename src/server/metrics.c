@@ -105,6 +105,10 @@ static void sf_metrics_add_health(sf_admin_snapshot *snap, SfHandler *handler,
                                      "snowflake_zookeeper_sessions_expired_total", NULL,
                                      (double)health.sessions_expired, "ZooKeeper sessions "
                                      "expired (or whose credential was refused)");
+        sf_admin_snapshot_add_metric(snap, SF_ADMIN_GAUGE, "snowflake_start_tries", NULL,
+                                     (double)health.start_tries, "Tries of the start so far "
+                                     "while it tries again (ZooKeeper unreachable, every "
+                                     "worker id taken, ...); 0 once started");
     }
     sf_admin_state st = {
         .reason_code = sfz_reason_name(health.reason),
@@ -116,6 +120,8 @@ static void sf_metrics_add_health(sf_admin_snapshot *snap, SfHandler *handler,
         .worker_ids_current = registered && health.session == SFZ_SESSION_CONNECTED,
         .skew_known = skew != NULL && skew->known,
         .skew_ms = skew != NULL ? skew->skew_ms : 0,
+        .start_tries = health.start_tries,
+        .next_try_ms = health.next_try_ms,
     };
     sf_admin_snapshot_set_state(snap, &st);
 }

@@ -305,6 +305,10 @@ static void sf_daemon_on_state(void *ctx, const sfz_state *st)
     if (!st->serving) {
         if (sf_daemon_port_follows_gate(d))
             sf_server_set_listening(d->server, false);
+        if (g_str_has_prefix(st->reason, "starting")) { /* the registration logged the try */
+            sf_notify_status("%s", st->reason);
+            return;
+        }
         g_warning("fenced: refusing ids: %s", st->reason);
         sf_notify_status("fenced: %s", st->reason);
         return;
@@ -356,7 +360,7 @@ static gboolean sf_daemon_register_zookeeper(sf_daemon *d)
     o.state_interval_ms = ro->state_interval_ms;
     o.startup_sleep_ms = (int)d->cfg.startup_sleep_ms;
     o.max_peer_skew_ms = ro->max_peer_skew_ms;
-    o.start_timeout_ms = 1; /* one try: an operator's supervisor restarts us */
+    o.start_timeout_ms = (int)(d->cfg.start_timeout_s * 1000);
     o.on_state = sf_daemon_on_state;
     o.state_ctx = d;
     o.log = sf_daemon_registry_log;
@@ -402,15 +406,16 @@ static gboolean sf_daemon_use_static_id(sf_daemon *d)
     return TRUE;
 }
 
-/* Marks the daemon stopping: the gate never opens again, the start-up waits end, and a
- * claim under way gives up. */
-static void sf_daemon_request_stop(sf_daemon *d)
+/* Marks the daemon stopping: the gate never opens again. During start-up (starting), the
+ * start's waits end too and a claim under way gives up; a started registration is stopped
+ * only by sfz_stop, which sf_daemon_shutdown makes after the requests in flight. */
+static void sf_daemon_request_stop(sf_daemon *d, gboolean starting)
 {
     g_mutex_lock(&d->stop_lock);
     d->stopping = TRUE;
     sfz *zk = d->zk;
     g_mutex_unlock(&d->stop_lock);
-    if (zk != NULL)
+    if (starting && zk != NULL)
         sfz_cancel(zk);
 }
 
@@ -475,7 +480,7 @@ static gboolean sf_daemon_start_up_registered(sf_daemon *d)
     }
     GThread *t = g_thread_new("start-up", sf_daemon_start_up_thread, &su);
     if (sf_daemon_wait_signal(d, su.done_fd, " during start-up"))
-        sf_daemon_request_stop(d);
+        sf_daemon_request_stop(d, TRUE);
     g_thread_join(t);
     close(su.done_fd);
     return su.ok && !sf_daemon_stopping(d);
@@ -487,7 +492,7 @@ static gboolean sf_daemon_start_up_registered(sf_daemon *d)
  * requests may still hand out an id. Frees everything. */
 static void sf_daemon_shutdown(sf_daemon *d)
 {
-    sf_daemon_request_stop(d);
+    sf_daemon_request_stop(d, FALSE);
     sf_notify_stopping();
     if (d->handler != NULL)
         sf_handler_close(d->handler, "stopping");

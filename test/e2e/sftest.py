@@ -5,10 +5,12 @@ import atexit
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -468,13 +470,66 @@ def expect_raises(exc_type, func, *args):
                                                             args, result, exc_type.__name__))
 
 
+class NotifySocket:
+    """A datagram socket in a temporary directory; every message that arrives is kept
+    with its arrival time (monotonic seconds)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sf-notify-")
+        self.path = os.path.join(self.dir, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.1)
+        self.messages = []
+        self.cond = threading.Condition()
+        self.closing = False
+        self.thread = threading.Thread(target=self._receive, daemon=True)
+        self.thread.start()
+
+    def _receive(self):
+        while not self.closing:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.cond:
+                self.messages.append((time.monotonic(), data.decode()))
+                self.cond.notify_all()
+
+    def wait_for(self, predicate, timeout, start=0):
+        """Waits for the first message from index start on that satisfies predicate;
+        returns (index, arrival time, message) or fails listing what arrived."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i in range(start, len(self.messages)):
+                    if predicate(self.messages[i][1]):
+                        return i, self.messages[i][0], self.messages[i][1]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("no such notify message in %.0f s; received: %r"
+                                         % (timeout, self.texts()))
+                self.cond.wait(left)
+
+    def texts(self):
+        with self.cond:
+            return [m for _, m in self.messages]
+
+    def close(self):
+        self.closing = True
+        self.thread.join(5)
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class ZooKeeper:
     """A throwaway ZooKeeper server (test/tools/zk-server.sh) on a free loopback port with its
     data in a temporary directory; always stopped when the test exits. .hosts is
     "127.0.0.1:PORT"; stop() and start() keep the port and the data."""
 
     def __init__(self):
-        import tempfile
         self.script = os.path.join(TOP_SRCDIR, "test", "tools", "zk-server.sh")
         self.dir = tempfile.mkdtemp(prefix="sf-zk-")
         self.hosts = None
@@ -505,7 +560,6 @@ class ZooKeeper:
 
     def remove(self):
         """Stops the server and deletes its data."""
-        import shutil
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 

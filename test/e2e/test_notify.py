@@ -5,73 +5,15 @@ served (standalone: once listening; registered: after the claim and startup_slee
 against a real ZooKeeper), STATUS= on each serving and fenced transition, STOPPING=1 on
 SIGTERM. Every process and socket is removed however the test ends."""
 import os
-import shutil
-import socket
-import tempfile
-import threading
 import time
 
 import sftest
-from sftest import Server, ServiceUnavailable, decode
+from sftest import NotifySocket, Server, ServiceUnavailable, decode
 from thrift.transport import TTransport
 
 SESSION_MS = 2000
 SLEEP_MS = 6000  # long enough that a loaded machine still finds the node asleep
 ZK = sftest.ZooKeeper()
-
-
-class NotifySocket:
-    """A datagram socket in a temporary directory; every message that arrives is kept
-    with its arrival time (monotonic seconds)."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sf-notify-")
-        self.path = os.path.join(self.dir, "notify")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(0.1)
-        self.messages = []
-        self.cond = threading.Condition()
-        self.closing = False
-        self.thread = threading.Thread(target=self._receive, daemon=True)
-        self.thread.start()
-
-    def _receive(self):
-        while not self.closing:
-            try:
-                data = self.sock.recv(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with self.cond:
-                self.messages.append((time.monotonic(), data.decode()))
-                self.cond.notify_all()
-
-    def wait_for(self, predicate, timeout, start=0):
-        """Waits for the first message from index start on that satisfies predicate;
-        returns (index, arrival time, message) or fails listing what arrived."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for i in range(start, len(self.messages)):
-                    if predicate(self.messages[i][1]):
-                        return i, self.messages[i][0], self.messages[i][1]
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError("no such notify message in %.0f s; received: %r"
-                                         % (timeout, self.texts()))
-                self.cond.wait(left)
-
-    def texts(self):
-        with self.cond:
-            return [m for _, m in self.messages]
-
-    def close(self):
-        self.closing = True
-        self.thread.join(5)
-        self.sock.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def gets_no_id(server):

@@ -30,12 +30,13 @@ TYPED = ["--set", "snowflake.listen_while_not_serving=true"]
 
 
 def zk_server(path, worker_id=1, datacenter_id=2, extra=(), env=None, admin=False,
-              session_ms=STEADY_SESSION_MS):
-    """A snowflaked registering under path in the test's ZooKeeper, with no retries, so
-    every failure shows at once."""
+              session_ms=STEADY_SESSION_MS, start_timeout_s=1):
+    """A snowflaked registering under path in the test's ZooKeeper, trying its start for
+    start_timeout_s (by default a moment, so that every failure shows at once)."""
     args = ["--zookeeper", ZK.hosts,
             "--set", "snowflake.worker_id_path=%s" % path,
             "--set", "zookeeper.session_timeout_ms=%d" % session_ms,
+            "--set", "zookeeper.start_timeout_s=%d" % start_timeout_s,
             "--set", "zookeeper.claim_retries=0",
             "--set", "zookeeper.state_interval_ms=200"] + list(extra)
     return Server(args, env=env, admin=admin, worker_id=worker_id, datacenter_id=datacenter_id,

@@ -38,7 +38,9 @@ static void collect(sf_admin_snapshot *snap, void *ctx)
     sf_admin_state st = {.reason_code = serving ? "none" : "zookeeper_unreachable",
                          .since_ms = 1795659804668, .session = "disconnected",
                          .worker_id_path = "/dc\"1", .worker_ids_taken = 3,
-                         .worker_ids_total = 32, .worker_ids_current = FALSE};
+                         .worker_ids_total = 32, .worker_ids_current = FALSE,
+                         .start_tries = serving ? 0 : 4,
+                         .next_try_ms = serving ? 0 : 1795659805668};
     sf_admin_snapshot_set_state(snap, &st);
     sf_latency lat;
     sf_latency_init(&lat);
@@ -159,7 +161,8 @@ START_TEST(state_json_names_the_node_and_reason)
                   "\"reason\":\"fenced: ZooKeeper lost\","
                   "\"reason_code\":\"zookeeper_unreachable\",\"since_ms\":1795659804668,");
     ASSERT_HAS(r, ",\"zookeeper_session\":\"disconnected\",\"worker_ids\":{\"path\":\"/dc\\\"1\","
-                  "\"taken\":3,\"free\":29,\"current\":false},\"clock_skew_ms\":null}\n");
+                  "\"taken\":3,\"free\":29,\"current\":false},\"clock_skew_ms\":null,"
+                  "\"start\":{\"tries\":4,\"next_try_ms\":1795659805668}}\n");
     g_free(r);
     r = http(sf_admin_port(admin), "GET", "/favicon.ico");
     ASSERT_HAS(r, "200 OK");
