@@ -106,6 +106,7 @@ class Server:
         if datacenter_id is not None:
             self.argv += ["--datacenter-id", str(datacenter_id)]
         self.wait_serving = wait_serving
+        self.exit_read = False  # the test read how the server exited (wait_exit)
         self.proc = None
         self.port = None
         self.lines = []
@@ -220,24 +221,55 @@ class Server:
             time.sleep(0.02)
         if self in _running:
             _running.remove(self)
+        self.exit_read = True
         return rc
 
     def stop(self, sig=signal.SIGTERM, timeout=PATIENCE):
-        """Signals the server and waits; kills it if it does not exit in time.
-        Returns its exit status."""
+        """Signals the server and waits; kills it if it does not exit in time. Returns its
+        exit status. How it exited is checked (see _check_exit) unless the test read it
+        with wait_exit."""
         if self.proc is None:
             return None
+        sent, killed = None, False
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+            sent = sig
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                killed = True
         if self in _running:
             _running.remove(self)
         self._check_wrapper_report()
+        self._check_exit(sent, killed, timeout)
         return self.proc.returncode
+
+    def _check_exit(self, sent, killed, timeout):
+        """Fails the test, with the server's last lines, when it died of a signal nobody
+        sent it (a crash), exited non-zero after SIGTERM or SIGINT, exited non-zero by
+        itself without the test asking (wait_exit), or had to be killed."""
+        if self.exit_read:
+            return
+        self.exit_read = True
+        rc = self.proc.returncode
+        why = None
+        if killed:
+            why = "did not stop within %.0f s of signal %d: killed" % (timeout, sent)
+        elif rc < 0 and -rc != sent:
+            why = "died of signal %d (%s)" % (-rc, signal.Signals(-rc).name)
+        elif rc > 0 and sent in (signal.SIGTERM, signal.SIGINT):
+            why = "exited with status %d after %s" % (rc, signal.Signals(sent).name)
+        elif rc > 0 and sent is None:
+            why = "exited by itself with status %d" % rc
+        if why is None:
+            return
+        deadline = time.time() + 5
+        while self._log_open() and time.time() < deadline:
+            time.sleep(0.02)
+        raise AssertionError("snowflaked %s; its last lines:\n%s"
+                             % (why, "\n".join(self.lines[-30:])))
 
     def _check_wrapper_report(self):
         """Under valgrind (--error-exitcode=99), any error it reports fails
