@@ -1,34 +1,295 @@
-/* registry.c -- claims a worker id in ZooKeeper, guards it (fencing) and records its last timestamp.
+/* registry.c -- claims a worker id in ZooKeeper, guards it (fencing) and records its last
+ * timestamp: the registry's public calls, its thread, and its state machine with the waits on
+ * it.
  *
- * The registry is a state machine (sf_reg_state, registry_state.c): one function, sf_reg_step,
- * takes every event (from the session watcher, from the renewal's completion, from the
- * registry's thread and from the callers) and moves the state, logging each transition once
- * and queueing the reports the caller's callbacks receive. This file holds the public calls
- * and the registry's thread, which acts on the state it finds: opens a session while
- * CONNECTING (registry_session.c), claims while CLAIMING (registry_claim.c), waits for the
- * recorded timestamp (registry_lease.c) and the first lease while WAITING_FLOOR, renews the
- * lease while SERVING (registry_renew.c), and schedules the next try while FENCED.
+ * The state machine (sf_reg_state): one function, sf_reg_step, takes every event (from the
+ * session watcher, from a renewal's completion, from the thread and from the callers) and
+ * moves the state, logging each transition once and queueing the reports the caller's
+ * callbacks receive. The thread acts on the state it finds: opens a session while CONNECTING
+ * (registry_session.c), claims while CLAIMING (registry_claim.c), waits for the id's floor
+ * (registry_floor.c) and the first lease while WAITING_FLOOR, renews the lease while SERVING
+ * (registry_lease.c), and schedules the next try while FENCED.
  *
- * The parts call down, never up into this file: what they all share sits below them and calls
- * none of them (registry_nodes.c: names, ACL, reads; registry_wait.c: the waits; registry_log.c;
- * registry_batch.c), the worker node below both kinds of claim (registry_worker.c), and the
- * parts reach the state machine only through its input, sf_reg_step, with the events their
- * ZooKeeper completions bring. registry_paths.c, the claim over several paths, sits above the
- * registry and uses only its public calls.
- * The registry knows nothing of sockets: peers are queried through the caller's callback. */
+ * The parts call down, never up into this file, but for the state machine's loop: they give
+ * it the events their ZooKeeper answers bring (sf_reg_step) and wait on it (sf_reg_wait_locked,
+ * sf_reg_sleep, sf_reg_stopped), so that a stop or any change of state ends their waits at
+ * once. The registry knows nothing of sockets: peers are queried through the caller's
+ * callback. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/clocks.h"
+#include "common/jitter.h"
 #include "lib/snowflake.h"
+
+/* ---- the state machine ---- */
+
+/* The state's name, for the log. */
+static const char *sf_reg_state_name(sf_reg_state s)
+{
+    static const char *const names[] = {"connecting", "claiming", "waiting for the floor",
+                                        "serving", "fenced", "stopping"};
+    return names[s];
+}
+
+/* Queues a report for delivery outside the lock (lock held); the oldest gives way when
+ * full. */
+void sf_reg_queue(sf_registry *r, const sf_reg_report *rep)
+{
+    if (!r->watching)
+        return;
+    if (r->report_count == SF_REG_REPORTS) {
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+    }
+    r->reports[(r->report_head + r->report_count) % SF_REG_REPORTS] = *rep;
+    r->report_count++;
+}
+
+/* Queues "not serving" with reason, unless that very reason was the last one reported
+ * (lock held). */
+void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force)
+{
+    if (!force && strcmp(r->reason, reason) == 0)
+        return;
+    snprintf(r->reason, sizeof r->reason, "%s", reason);
+    sf_reg_report rep = {.is_lease = false, .serving = false, .worker_id = r->held_id,
+                         .floor_ms = -1, .until = 0};
+    snprintf(rep.reason, sizeof rep.reason, "%s", reason);
+    sf_reg_queue(r, &rep);
+}
+
+/* Moves to state next, logging the transition once. */
+static void sf_reg_move(sf_registry *r, sf_reg_state next, const char *reason)
+{
+    if (r->state == next)
+        return;
+    sf_reg_log(r, next == SF_REG_FENCED ? "warning" : "info", "%s -> %s%s%s",
+               sf_reg_state_name(r->state), sf_reg_state_name(next), reason ? ": " : "",
+               reason ? reason : "");
+    r->state = next;
+}
+
+/* Fences: stops serving at once (reported) and schedules the next try after the backoff,
+ * drawn from its upper half: holders fenced together (every session lost at once) come back
+ * spread out, not in one burst. cause is reason's kind, for sf_registry_get_health. */
+static void sf_reg_fence(sf_registry *r, sf_registry_cause cause, const char *reason)
+{
+    bool was_serving = r->state == SF_REG_SERVING;
+    r->cause = cause;
+    sf_reg_move(r, SF_REG_FENCED, reason);
+    r->lease_until = 0;
+    sf_reg_queue_fenced(r, reason, was_serving);
+    r->retry_at = sf_clocks_boot_ms() + sf_jitter_ms(r->backoff_ms);
+    r->backoff_ms = r->backoff_ms * 2 > SF_REG_BACKOFF_MAX_MS ? SF_REG_BACKOFF_MAX_MS
+                                                              : r->backoff_ms * 2;
+}
+
+/* The session's own state, from its events, whatever the state machine's (lock held): the
+ * close of a stopped registry reads it too, and sends ZooKeeper nothing on a session that
+ * is gone. */
+static void sf_reg_track_session(sf_registry *r, sf_reg_event ev, int64_t now)
+{
+    switch (ev) {
+    case SF_REG_EV_CONNECTED:
+        r->reconnects += r->ever_connected;
+        r->ever_connected = true;
+        r->conn++;
+        r->pending_count = 0;
+        r->connected = true;
+        r->disconnected_since = 0;
+        break;
+    case SF_REG_EV_DISCONNECTED:
+    case SF_REG_EV_EXPIRED:
+        r->conn++;
+        r->pending_count = 0;
+        if (r->connected || r->disconnected_since == 0)
+            r->disconnected_since = now;
+        r->connected = false;
+        if (ev == SF_REG_EV_EXPIRED) {
+            r->expired = true;
+            r->expirations++;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* The state machine: takes one event (lock held) and moves the state. reason is the
+ * event's explanation (for FAILED, NODE_LOST, RENEW_FAILED), or NULL. Stopping, it moves no
+ * more, but the session's state still follows its events. */
+void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason)
+{
+    int64_t now = sf_clocks_boot_ms();
+    sf_reg_track_session(r, ev, now);
+    if (r->state == SF_REG_STOPPING) {
+        pthread_cond_broadcast(&r->cv);
+        return;
+    }
+    switch (ev) {
+    case SF_REG_EV_STOP:
+        if (r->state == SF_REG_SERVING)
+            sf_reg_queue_fenced(r, "the registry is stopping", true);
+        sf_reg_move(r, SF_REG_STOPPING, NULL);
+        break;
+    case SF_REG_EV_CONNECTED:
+        if (r->state == SF_REG_CONNECTING)
+            sf_reg_move(r, SF_REG_CLAIMING, NULL);
+        break;
+    case SF_REG_EV_DISCONNECTED:
+        /* Fenced (a renewal or a claim again got no answer), and now cut off from ZooKeeper
+         * (a paused or partitioned server): say the latter, which is what to look at. */
+        if (r->state != SF_REG_SERVING && r->cause != SF_REGISTRY_CAUSE_STARTING &&
+            r->cause != SF_REGISTRY_CAUSE_NONE && r->cause != SF_REGISTRY_CAUSE_UNREACHABLE) {
+            r->cause = SF_REGISTRY_CAUSE_UNREACHABLE;
+            sf_reg_queue_fenced(r, "disconnected from ZooKeeper while fenced; the session may "
+                                   "have expired and another node may hold our worker id",
+                                false);
+        }
+        break;
+    case SF_REG_EV_EXPIRED:
+        if (r->state == SF_REG_SERVING)
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_EXPIRED,
+                         "the ZooKeeper session expired; another node may hold our worker id");
+        break;
+    case SF_REG_EV_CLAIMED:
+        if (r->state == SF_REG_CLAIMING)
+            sf_reg_move(r, SF_REG_WAITING_FLOOR, NULL);
+        sf_reg_slots_watch(r);
+        break;
+    case SF_REG_EV_RENEWED: {
+        bool was_serving = r->state == SF_REG_SERVING;
+        r->lease_failing = false;
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_WAITING_FLOOR)
+            break;
+        /* Confirmed, but the lease may not be certified yet (see registry.h): serving
+         * begins with a lease that lasts until the renewals to come are expected to
+         * lengthen it, so that it does not run out right after. */
+        if (r->lease_until <= now ||
+            (!was_serving && r->lease_until <= sf_reg_next_extension(r, now)))
+            break;
+        sf_reg_report rep = {.is_lease = true, .until = r->lease_until,
+                             .reserved = r->reserved_until};
+        sf_reg_queue(r, &rep);
+        if (!was_serving) {
+            sf_reg_move(r, SF_REG_SERVING, r->serve_reason);
+            r->cause = SF_REGISTRY_CAUSE_NONE;
+            r->backoff_ms = SF_REG_BACKOFF_MIN_MS;
+            r->reason[0] = '\0';
+            sf_reg_report on = {.is_lease = false, .serving = true, .worker_id = r->held_id,
+                                .floor_ms = r->floor_ms, .until = r->lease_until,
+                                .reserved = r->reserved_until};
+            snprintf(on.reason, sizeof on.reason, "%s",
+                     r->serve_reason ? r->serve_reason : "worker id claimed");
+            sf_reg_queue(r, &on);
+        }
+        break;
+    }
+    case SF_REG_EV_RENEW_FAILED:
+        if (r->state == SF_REG_SERVING) {
+            if (!r->lease_failing)
+                sf_reg_log(r, "warning", "cannot renew the lease on worker id %" PRId64 ": %s; "
+                           "ids stop when the lease runs out", r->held_id, reason);
+            r->lease_failing = true;
+        } else if (r->state == SF_REG_WAITING_FLOOR) {
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_LEASE, reason);
+        }
+        break;
+    case SF_REG_EV_NODE_LOST:
+        if (r->state == SF_REG_SERVING || r->state == SF_REG_WAITING_FLOOR)
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_NODE_LOST,
+                         "our worker node in ZooKeeper is gone or held by another session; "
+                         "another node may hold our worker id");
+        r->held_id = r->state == SF_REG_FENCED ? -1 : r->held_id;
+        break;
+    case SF_REG_EV_FAILED:
+        /* Already fenced: the event that fenced us has the more precise reason. */
+        if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED && r->connected) {
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_CLAIM, reason);
+        } else if (r->state != SF_REG_SERVING && r->state != SF_REG_FENCED) {
+            char why[SF_REG_REASON_MAX + 64]; /* the step failed for want of ZooKeeper */
+            snprintf(why, sizeof why, "disconnected from ZooKeeper while claiming again (%s)",
+                     reason);
+            sf_reg_fence(r, SF_REGISTRY_CAUSE_UNREACHABLE, why);
+        }
+        break;
+    case SF_REG_EV_TIMER:
+        if (r->state == SF_REG_SERVING) {
+            /* A lease that ran out while disconnected is ZooKeeper out of reach, and said so:
+             * the operator's first look is the path to the ensemble, not a conflict. */
+            bool lease_out = r->lease_until > 0 && now >= r->lease_until;
+            if (!r->connected &&
+                (lease_out || now - r->disconnected_since >= sf_registry_grace_ms(r->negotiated_ms)))
+                sf_reg_fence(r, SF_REGISTRY_CAUSE_UNREACHABLE,
+                             "disconnected from ZooKeeper too long; the session may have "
+                             "expired and another node may hold our worker id");
+            else if (lease_out)
+                sf_reg_fence(r, SF_REGISTRY_CAUSE_LEASE,
+                             "the lease ran out: ZooKeeper's leader confirmed no renewal in "
+                             "time; another node may hold our worker id");
+        } else if (r->state == SF_REG_FENCED && now >= r->retry_at) {
+            if (r->expired || !r->zh)
+                sf_reg_move(r, SF_REG_CONNECTING, "opening a new ZooKeeper session");
+            else if (r->connected)
+                sf_reg_move(r, SF_REG_CLAIMING, "claiming a worker id again");
+        }
+        break;
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Makes the queued calls of on_state and on_lease, in order, outside the lock. Only the
+ * thread that owns the reports calls it (the caller of watch, then the registry's thread). */
+static void sf_reg_deliver(sf_registry *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        if (r->report_count == 0) {
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        sf_reg_report rep = r->reports[r->report_head];
+        r->report_head = (r->report_head + 1) % SF_REG_REPORTS;
+        r->report_count--;
+        pthread_mutex_unlock(&r->mu);
+        if (rep.is_lease) {
+            if (r->o.on_lease)
+                r->o.on_lease(r->o.lease_ctx, rep.until, rep.reserved);
+        } else if (r->o.on_state) {
+            r->o.on_state(r->o.state_ctx, rep.serving, rep.worker_id, rep.floor_ms, rep.until,
+                          rep.reserved, rep.reason);
+        }
+    }
+}
+
+void sf_registry_get_health(sf_registry *r, sf_registry_health *out)
+{
+    pthread_mutex_lock(&r->mu);
+    out->session = r->connected                      ? SF_REGISTRY_SESSION_CONNECTED
+                   : r->expired                      ? SF_REGISTRY_SESSION_EXPIRED
+                   : !r->zh || r->fresh_session      ? SF_REGISTRY_SESSION_CONNECTING
+                                                     : SF_REGISTRY_SESSION_DISCONNECTED;
+    /* The state now, then what fenced us: out of reach of ZooKeeper outweighs why the lease
+     * was lost, since nothing comes back before it answers again. */
+    out->cause = r->state == SF_REG_STOPPING  ? SF_REGISTRY_CAUSE_STOPPING
+                 : r->state == SF_REG_SERVING ? SF_REGISTRY_CAUSE_NONE
+                 : r->floor_wait              ? SF_REGISTRY_CAUSE_FLOOR
+                 : !r->connected && r->cause != SF_REGISTRY_CAUSE_STARTING
+                     ? SF_REGISTRY_CAUSE_UNREACHABLE
+                     : r->cause;
+    out->reconnects = r->reconnects;
+    out->expirations = r->expirations;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- the public calls and the thread ---- */
 
 /* Level 0 turns the client library's logging off entirely. */
 void sf_registry_set_client_logging(bool verbose)
@@ -90,54 +351,17 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
     return r;
 }
 
-/* The claim after the session is up: the paths, the peers, the claim itself. */
-static int sf_reg_claim_here(sf_registry *r, int64_t *id, int64_t *floor, char *err,
-                             size_t errlen)
-{
-    if (sf_reg_ensure_paths(r, err, errlen) != 0)
-        return -1;
-    if (sf_reg_check_peers(r, err, errlen) != 0)
-        return -1;
-    if (sf_reg_check_in(r, err, errlen) != 0)
-        return -1;
-    return sf_reg_claim_once(r, r->o.claim_retries, r->claim_waits, id, floor, err, errlen);
-}
-
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen)
 {
-    int rc;
-    pthread_mutex_lock(&r->mu);
-    bool expired = r->expired || r->zh == NULL;
-    pthread_mutex_unlock(&r->mu);
-    if (expired) { /* a claim tried again after its session expired: a new one */
-        if (sf_reg_open_session(r, err, errlen) != 0)
-            return -1;
-        r->session_checked = false;
-    }
-    if (!r->session_checked) {
-        if ((rc = sf_reg_wait_session(r, err, errlen)) != 0)
-            return rc;
-        r->session_checked = true;
-        sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
-                   (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
-        sf_reg_warn_standalone(r);
-        if (r->o.skip_sanity_checks)
-            sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
-    }
-    pthread_mutex_lock(&r->mu);
-    uint64_t conn = r->conn;
-    bool up = r->connected && !r->expired;
-    r->zk_failed = false;
-    r->not_yet = false;
-    pthread_mutex_unlock(&r->mu);
-    if (!up) {
-        sf_registry_set_err(err, errlen, "the ZooKeeper session with '%s' was lost before "
-                            "claiming under %s", r->hosts, r->worker_id_path);
-        return SF_REGISTRY_ZK_FAILED;
-    }
+    uint64_t conn;
+    int rc = sf_reg_session_ready(r, &conn, err, errlen);
+    if (rc != 0)
+        return rc;
     int64_t id = -1, floor = -1;
-    rc = sf_reg_claim_here(r, &id, &floor, err, errlen);
+    rc = sf_reg_claim_checks(r, err, errlen);
+    if (rc == 0)
+        rc = sf_reg_claim_once(r, r->o.claim_retries, r->claim_waits, &id, &floor, err, errlen);
     if (rc == -1) {
         /* ZooKeeper's failure (a request lost or timed out, the session gone), not a
          * holder's or a check's: the caller may try again. */
@@ -224,8 +448,7 @@ static void sf_reg_recover(sf_registry *r, sf_reg_state state)
             pthread_mutex_unlock(&r->mu);
         }
     }
-    if (!kept && (sf_reg_check_peers(r, err, sizeof err) != 0 ||
-                  sf_reg_check_in(r, err, sizeof err) != 0)) {
+    if (!kept && sf_reg_claim_checks(r, err, sizeof err) != 0) {
         char reason[SF_REGISTRY_ERR_MAX + 128];
         snprintf(reason, sizeof reason, "the sanity checks before claiming again failed, "
                  "will retry: %s", err);

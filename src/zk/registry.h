@@ -9,8 +9,19 @@
  *     holder does not serve before its clock is past it.
  * The registry knows nothing of sockets: peers are queried through a callback.
  *
- * Convention: functions that can fail return 0 or -1 and write a message a person can act on
- * into the caller's err buffer. */
+ * Where each part lives (src/zk/): the public calls, the thread and the state machine with
+ * its waits (registry.c); the session and its watcher (registry_session.c); the claim: the
+ * worker node, the automatic claim's queue, the epoch check-in and the claim over several
+ * paths (registry_claim.c); the floor record a new holder waits past (registry_floor.c); the
+ * lease: its renewals and the arithmetic they rest on (registry_lease.c); the holders under
+ * the path, watched (registry_slots.c); the original's peer checks (registry_peers.c); and,
+ * below them, ZooKeeper requests in one round trip and the multi (zkbatch.c). What the
+ * promise (no id twice) rests on, and the assumptions it makes of ZooKeeper and the clocks:
+ * the manual's "Registration in ZooKeeper" and "Guarantees and assumptions".
+ *
+ * Convention: functions that can fail return 0, -1 or a negative SF_REGISTRY_* code and write
+ * a message a person can act on into the caller's err buffer (errlen bytes; the caller owns
+ * it; nothing is written when err is NULL). */
 #ifndef SF_REGISTRY_H
 #define SF_REGISTRY_H
 
@@ -22,114 +33,19 @@
 
 #define SF_REGISTRY_MAX_WORKERS 32
 
-/* The lease: when a node may still hand out ids, from what it can know of when ZooKeeper's
- * leader may expire its session, with T the session timeout granted now.
- *
- * What ZooKeeper does. The leader expires a session T after the last activity of it that the
- * leader has heard of (rounded up to its next tick, which only makes it later). A server
- * notes a session's activity when a request of the session arrives. The leader (or a
- * standalone server) hears at once of what arrives at itself; a follower does not tell the
- * leader of the activity when it forwards the session's write, but reports what arrived
- * since its last report in its answer to the leader's next ping. Those answers and the
- * forwarded writes go to the leader on one connection, in order; a session's requests reach
- * its server in the order sent, on one TCP connection. Assumed (REPORT = T/4): a follower
- * answers a ping at least every T/4. The leader pings every tickTime/2 and grants no session
- * shorter than minSessionTimeout, 2 tickTime by default, so this holds while the pings'
- * delay from the leader to the follower varies by less than T/4 - tickTime/2 (0 at the
- * minimum session timeout, 500 ms with the default tickTime of 2 s and T = 10 s). An
- * observer that reaches the leader through a follower (observerMasterPort) is two such
- * hops, each answered every tickTime/2: it needs tickTime + both variations <= T/4, e.g.
- * minSessionTimeout >= 5 tickTime on that observer. The registry cannot ask a server for
- * its role or tickTime (ZooKeeper tells those only to four-letter words and its admin
- * server, not to clients), so the manual says this where it lists the assumptions.
- *
- * Certification. Let renewal i be sent at s_i and its confirmation arrive at c_i, and a
- * confirmed renewal j of the same connection be sent at s_j >= c_i + REPORT. i arrived at
- * the server at a_i, s_i <= a_i <= c_i (it was answered after it arrived); j at a_j >= s_j,
- * so a_j - a_i >= REPORT: the server answered a ping in between, reporting i, before it
- * forwarded j, and the leader had heard of i when it applied j. From then on the leader
- * cannot expire the session before a_i + T >= s_i + T. The latest such s_i is the anchor.
- * Send times alone would not do: a renewal held in the socket (a stalled link, a TCP
- * retransmission) arrives with the ones sent after it, in one ping interval, and the leader
- * may apply them all before it hears of any (held T/4, it would count as certified by the
- * next one, sent T/4 after it but arriving right behind it).
- *   - a new session is created by the leader after zookeeper_init was called: that call is
- *     the session's first anchor;
- *   - a renewal certifies only confirmed renewals of its own connection (a reconnection
- *     starts over: what the old server saw may never reach the leader);
- *   - the lease lasts LEASE = 15T/16 from the anchor, never from the renewal that confirmed
- *     it. The leader expires the session no earlier than T after the anchor, measured on its
- *     monotonic clock, the lease on our boot clock: T/16 is the margin for their rates,
- *     which differ by far less than the 6 % that would eat it.
- * Renewals go out every RENEW = T/8 (or state_interval_ms if shorter), whether or not
- * earlier ones are still in flight: ZooKeeper answers a session's requests in order. With
- * every renewal confirmed, on one connection, within R of being sent, the lease holds
- * without a gap (from 2R + REPORT + 2 RENEW after the renewals began) if
- * 2R + REPORT + 2 RENEW <= LEASE, that is for R up to
- *     ROUND_TRIP_LIMIT = (LEASE - REPORT - 2 RENEW) / 2 = 7T/32
- * (656 ms with T = 3 s, 2.19 s with the default 10 s): at any moment t, the renewal j sent
- * last before t - R was sent after t - R - RENEW and is confirmed by t; the one sent last
- * before s_j - REPORT - R was sent after s_j - REPORT - R - RENEW and confirmed by
- * s_j - REPORT, so j certifies it, and its lease ends after t - 2R - REPORT - 2 RENEW +
- * LEASE >= t. (One renewal at a time, each certified only by one sent T/4 after it, broke
- * at R = T/6.) Beyond the limit the lease may run out between two confirmations, and the
- * node refuses ids until the next. The renewals' round trips are kept as a histogram
- * (sf_registry_get_renewal_stats) so that operators see the limit coming.
- * Serving begins only with a lease that reaches past the moment the next confirmation is
- * expected to lengthen it (at the last round trips' pace), so that a node starting on a
- * slow link does not serve a moment and refuse the next; a node that is not serving within
- * T + REPORT of the claim gives up and claims again. After a pause (a stalled or stopped
- * process, a slow link) or a reconnection, the lease rests on the anchors certified before
- * it, and a fresh anchor takes a renewal, its confirmation and a renewal sent REPORT after
- * that: REPORT and two round trips (T/4: 2.5 s with the default T of 10 s) is what a pause
- * longer than the lease costs.
- * Should the session timeout change on a reconnection (another server, other bounds), the
- * shorter of the two times the anchor is what counts.
- *
- * The same renewal records a reservation in the id's state node: the highest timestamp the
- * node may use under the lease it may get from that renewal (its wall clock when sending +
- * LEASE). Ids above the last confirmed reservation are never handed out, so the reservation
- * is a floor for the next holder whatever the clocks of the two nodes say. The state node
- * holds "reserved <unix ms>" while the id is held, "released <unix ms>" (the exact last
- * timestamp) after a clean stop whose last write ZooKeeper confirmed; a plain number, from an
- * earlier version, is read as a reservation that ends one LEASE later.
- * The reservation's length R is LEASE itself, not a setting: an id under a renewal is made
- * within its lease, so LEASE is as far as the node can use; a longer R would only hold the
- * next holder back, a shorter one would refuse ids while the lease holds (the lease ends
- * LEASE after its anchor, which was sent at least REPORT and a round trip before the last
- * confirmed renewal, whose reservation ends LEASE after it). A crash therefore loses
- * nothing: state_interval_ms, the session timeout and startup_sleep_ms bound only how long
- * the next holder waits, never whether it can repeat a (timestamp, worker) pair.
- *
- * GRACE = T/3: disconnected this long, the registry fences without waiting for the lease. */
-static inline int64_t sf_registry_lease_ms(int64_t session_timeout_ms)
-{
-    return session_timeout_ms * 15 / 16;
-}
-
-static inline int64_t sf_registry_renew_ms(int64_t session_timeout_ms)
-{
-    return session_timeout_ms / 8 > 0 ? session_timeout_ms / 8 : 1;
-}
-
-static inline int64_t sf_registry_report_ms(int64_t session_timeout_ms)
-{
-    return session_timeout_ms / 4;
-}
-
-static inline int64_t sf_registry_grace_ms(int64_t session_timeout_ms)
-{
-    return session_timeout_ms / 3;
-}
-
-/* ROUND_TRIP_LIMIT above, for renewals renew_ms apart (sf_registry_renew_ms, or a shorter
- * state_interval_ms). */
-static inline int64_t sf_registry_round_trip_limit_ms(int64_t session_timeout_ms,
-                                                      int64_t renew_ms)
-{
-    return (sf_registry_lease_ms(session_timeout_ms) -
-            sf_registry_report_ms(session_timeout_ms) - 2 * renew_ms) / 2;
-}
+/* The lease's arithmetic, for a session timeout T (ms) granted now (registry_lease.c derives
+ * each; the manual's "The lease" says what it promises): the lease, LEASE = 15T/16 after its
+ * anchor; the renewals' beat, RENEW = T/8; how often a follower reports to the leader at
+ * worst, REPORT = T/4; how long a disconnection is ridden out, GRACE = T/3; the longest
+ * round trip the lease holds through with renewals renew_ms apart, ROUND_TRIP_LIMIT =
+ * (LEASE - REPORT - 2 renew_ms) / 2 (7T/32 on the default beat); and how long
+ * sf_registry_close waits for its last record and the watches, GRACE. */
+int64_t sf_registry_lease_ms(int64_t session_timeout_ms);
+int64_t sf_registry_renew_ms(int64_t session_timeout_ms);
+int64_t sf_registry_report_ms(int64_t session_timeout_ms);
+int64_t sf_registry_grace_ms(int64_t session_timeout_ms);
+int64_t sf_registry_round_trip_limit_ms(int64_t session_timeout_ms, int64_t renew_ms);
+int64_t sf_registry_close_wait_ms(int64_t session_timeout_ms);
 
 /* The renewals' round trips, from before the write was sent to its confirmation, as a
  * histogram: counts of those at most each bound (ms) and above the one before, one more
@@ -150,14 +66,6 @@ typedef struct sf_registry_renewal_stats {
     int64_t last_ms;             /* the last confirmed one's, -1 before the first */
     uint64_t buckets[SF_REGISTRY_RENEWAL_BUCKETS + 1];
 } sf_registry_renewal_stats;
-
-/* How long sf_registry_close waits for ZooKeeper to confirm its last record and to drop our
- * watches, together: the grace, T/3. A silent ensemble cannot hold a close longer (the next
- * holder then waits out the reservation instead of starting right after the last id). */
-static inline int64_t sf_registry_close_wait_ms(int64_t session_timeout_ms)
-{
-    return sf_registry_grace_ms(session_timeout_ms);
-}
 
 typedef struct sf_registry sf_registry;
 

@@ -7,17 +7,20 @@
 #ifndef SF_REGISTRY_INTERNAL_H
 #define SF_REGISTRY_INTERNAL_H
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 /* The synchronous API exists only in the multi-threaded client. */
 #ifndef THREADED
 #define THREADED
 #endif
 #include <zookeeper/zookeeper.h>
 
+#include "common/clocks.h"
 #include "registry.h"
 #include "registry_log.h"
 
@@ -211,66 +214,6 @@ struct sf_registry {
     int unwatching;          /* requests to drop our watches not yet answered */
 };
 
-/* The parts below call none of the others: every other part may use them.
- *
- * registry_nodes.c: names and plain reads. sf_reg_rooted: a path of ours as the ensemble
- * names it: "<chroot><s>", or "<chroot><path><suffix>" when s is NULL (NULL when out of
- * memory); the registry puts the hosts' chroot into its paths itself and opens its sessions
- * without it (registry_batch.h says why). sf_reg_zk_error notes a request that
- * failed for ZooKeeper's reasons (a lost or timed-out connection, an expired session), which
- * the caller of a claim may try again. */
-char *sf_reg_rooted(const sf_registry *r, const char *s, const char *path, const char *suffix);
-int64_t sf_reg_session_id(sf_registry *r);
-struct ACL_vector *sf_reg_acl(sf_registry *r);
-void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen);
-void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen);
-int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
-                      struct Stat *stat);
-void sf_reg_zk_error(sf_registry *r, int rc);
-/* Notes that the claim now under way failed for a reason that can pass (not_yet). */
-void sf_reg_not_yet(sf_registry *r);
-
-/* registry_wait.c: waits on the condition variable (wait_locked: lock held, at most ms),
- * a sleep that a stop ends (false when stopped), and whether we are stopping. */
-void sf_reg_wait_locked(sf_registry *r, int64_t ms);
-bool sf_reg_sleep(sf_registry *r, int64_t ms);
-bool sf_reg_stopped(sf_registry *r);
-bool sf_reg_cancelled(void *ctx);
-
-/* registry_state.c: the state machine and its reports. */
-void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
-void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
-void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
-void sf_reg_deliver(sf_registry *r);
-void sf_reg_set_floor_wait(sf_registry *r, bool waiting);
-
-/* registry_session.c: the session and its watcher. */
-void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
-int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
-/* Makes sure worker_id_path, lock_path and state_path exist (looked up at once: a read
- * each, where a create of a node that exists would still be a write through the leader). */
-int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen);
-
-/* registry_lease.c: the floor record. */
-bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
-int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
-                          char *err, size_t errlen);
-void sf_reg_release_worker(sf_registry *r, int64_t id);
-bool sf_reg_resync(sf_registry *r, int64_t id);
-
-/* registry_renew.c: the renewals and the lease they certify. */
-void sf_reg_granted(sf_registry *r, int granted_ms);
-void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed);
-bool sf_reg_renew_due(const sf_registry *r, int64_t now);
-int64_t sf_reg_renew_wake(const sf_registry *r);
-bool sf_reg_renew_if_due(sf_registry *r, int64_t id);
-int64_t sf_reg_next_extension(const sf_registry *r, int64_t now);
-uint64_t sf_reg_renew_send(sf_registry *r, int64_t id, bool release);
-bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
-                           size_t errlen);
-void sf_reg_final_record(sf_registry *r, int64_t until);
-
 /* A write of ours that ZooKeeper's leader stamped with its clock (mtime, Unix ms), and our
  * clock when we sent it and when its answer came; valid false when there was none (a node
  * of ours found, not made). */
@@ -279,59 +222,194 @@ typedef struct sf_reg_stamp {
     int64_t mtime, sent, answered;
 } sf_reg_stamp;
 
-/* registry_epoch.c: sf_reg_check_in, before every claim, compares the path's epoch record
- * with ours, or records ours when none is; sf_reg_check_stamp, once the claim has made its
- * first node, checks our clock against the ensemble's by that node's stamp (or, without one,
- * by writing the record again), unless the record's write this claim made has checked it
- * already. Both 0, or -1 with err filled. */
-int sf_reg_check_in(sf_registry *r, char *err, size_t errlen);
-int sf_reg_check_stamp(sf_registry *r, const sf_reg_stamp *stamp, const char *path, char *err,
-                       size_t errlen);
+/* ---- What every part names and reads the same way, defined here (no part calls another
+ * for them): our session's id, the ACL of every node we create, the paths of an id's worker
+ * node and state node, a node read as a string, and the notes that a request of the claim
+ * under way failed for ZooKeeper's reasons (a lost or timed-out connection, an expired
+ * session: the caller may try again) or for a reason that can pass (SF_REGISTRY_NOT_YET). */
 
-/* registry_worker.c: the worker node, used by both kinds of claim.
- * sf_reg_try_create_worker tries once to create worker_id_path/id holding our node data:
- * 1 when we hold it (also when an ambiguous earlier attempt already made it ours; stamp,
- * when not NULL, is the create's), 0 when another session holds it (holder filled), -1 on a
- * ZooKeeper error (err filled).
- * sf_reg_note_unsure records a worker node whose create's outcome is unknown; before the
- * next claim on the session, sf_reg_settle_unsure takes it as its own (1, *id set), or
- * deletes it (0), so that one session never holds two worker ids; -1 on ZooKeeper's error.
- * sf_reg_all_taken fills err for an automatic claim that found no id it can take (naming
- * the holders when describe) and returns SF_REGISTRY_ALL_TAKEN. */
-int sf_reg_try_create_worker(sf_registry *r, int64_t id, char *holder, size_t holderlen,
-                             sf_reg_stamp *stamp, char *err, size_t errlen);
-void sf_reg_note_unsure(sf_registry *r, const char *path);
-int sf_reg_settle_unsure(sf_registry *r, int64_t *id, char *err, size_t errlen);
-int sf_reg_all_taken(sf_registry *r, int skipped, bool describe, char *err, size_t errlen);
+/* The session id of the current handle, to recognise our own ephemeral nodes. */
+static inline int64_t sf_reg_session_id(sf_registry *r)
+{
+    const clientid_t *cid = zoo_client_id(r->zh);
+    return cid ? cid->client_id : 0;
+}
 
-/* registry_claim.c: the claims and the peer checks.
+/* The ACL for every node we create: with a credential, only its holders may change
+ * them and everyone may read; without, the original's open ACL. */
+static inline struct ACL_vector *sf_reg_acl(sf_registry *r)
+{
+    if (!r->auth)
+        return &ZOO_OPEN_ACL_UNSAFE;
+    r->acl[0].perms = ZOO_PERM_ALL;
+    r->acl[0].id.scheme = (char *)"auth";
+    r->acl[0].id.id = (char *)"";
+    r->acl[1].perms = ZOO_PERM_READ;
+    r->acl[1].id.scheme = (char *)"world";
+    r->acl[1].id.id = (char *)"anyone";
+    r->acl_vec.count = 2;
+    r->acl_vec.data = r->acl;
+    return &r->acl_vec;
+}
+
+static inline void sf_reg_worker_path(sf_registry *r, int64_t id, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%" PRId64, r->worker_id_path, id);
+}
+
+static inline void sf_reg_state_node(sf_registry *r, int64_t id, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%" PRId64, r->state_path, id);
+}
+
+/* Reads a node's data as a string. Returns a ZooKeeper code. */
+static inline int sf_reg_get_string(sf_registry *r, const char *path, char *out, size_t outlen,
+                                    struct Stat *stat)
+{
+    int len = (int)outlen - 1;
+    int rc = zoo_get(r->zh, path, 0, out, &len, stat);
+    out[rc == ZOK && len > 0 ? len : 0] = '\0';
+    return rc;
+}
+
+static inline void sf_reg_zk_error(sf_registry *r, int rc)
+{
+    switch (rc) {
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZSESSIONEXPIRED:
+    case ZSESSIONMOVED:
+    case ZINVALIDSTATE:
+    case ZCLOSING:
+    case ZNEWCONFIGNOQUORUM:
+    case ZRECONFIGINPROGRESS:
+    case ZTHROTTLEDOP:
+        pthread_mutex_lock(&r->mu);
+        r->zk_failed = true;
+        pthread_mutex_unlock(&r->mu);
+        break;
+    default:
+        break;
+    }
+}
+
+static inline void sf_reg_not_yet(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->not_yet = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The waits every part makes, all on the registry's one condition variable, so that a stop
+ * (or any change of state) ends them at once: at most ms (lock held); a sleep that a stop
+ * ends (lock not held; false when stopped); whether we are stopping (and the peers module's
+ * view of it); and the mark that we wait for the clock to pass the id's floor, which
+ * sf_registry_get_health names (lock not held). */
+static inline void sf_reg_wait_locked(sf_registry *r, int64_t ms)
+{
+    struct timespec until = sf_clocks_mono_timespec(sf_clocks_mono_ms() + (ms > 0 ? ms : 0));
+    pthread_cond_timedwait(&r->cv, &r->mu, &until);
+}
+
+static inline bool sf_reg_sleep(sf_registry *r, int64_t ms)
+{
+    int64_t end = sf_clocks_boot_ms() + ms;
+    pthread_mutex_lock(&r->mu);
+    for (int64_t left = ms; !r->stop && left > 0; left = end - sf_clocks_boot_ms())
+        sf_reg_wait_locked(r, left);
+    bool stopped = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return !stopped;
+}
+
+static inline bool sf_reg_stopped(sf_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+static inline bool sf_reg_cancelled(void *ctx)
+{
+    return sf_reg_stopped(ctx);
+}
+
+static inline void sf_reg_set_floor_wait(sf_registry *r, bool waiting)
+{
+    pthread_mutex_lock(&r->mu);
+    r->floor_wait = waiting;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- registry.c: the state machine and its reports. The parts reach it only through its
+ * input, sf_reg_step, with the events their ZooKeeper answers bring (the state machine's
+ * loop); everything else they call lies below them. */
+void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
+void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
+void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
+
+/* ---- registry_session.c: the session and its watcher.
+ * sf_reg_session_ready, before a claim: the session up (a new one when the last expired),
+ * said once per session (its id; a standalone ensemble warned of), and the claim's paths
+ * made; 0, or SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED or -1 with err filled; *conn
+ * is the connection it found up. sf_reg_open_session replaces the handle with a new one
+ * that starts connecting; sf_reg_wait_session waits for it (and the credential). */
+void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+int sf_reg_session_ready(sf_registry *r, uint64_t *conn, char *err, size_t errlen);
+int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
+int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
+
+/* ---- registry_claim.c: the claim.
+ * sf_reg_rooted: a path of ours as the ensemble names it: "<chroot><s>", or
+ * "<chroot><path><suffix>" when s is NULL (NULL when out of memory); the registry puts the
+ * hosts' chroot into its paths itself and opens its sessions without it (zkbatch.h
+ * says why).
+ * sf_reg_claim_checks, before every claim: the original's peer checks (unless skipped) and
+ * the path's epoch record checked in with; 0 or -1 with err filled.
  * sf_reg_claim_once makes one claim (static: a single try unless retries > 0; automatic:
  * the queue, waiting its turn when ids are scarce or not) and the restart-safety wait that
  * follows; a node created for a claim that then fails is deleted, so a failed or cancelled
- * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE. */
+ * claim leaves nothing behind. 0, -1, SF_REGISTRY_ALL_TAKEN or SF_REGISTRY_SCARCE.
+ * sf_reg_release_worker deletes our worker node (noted as unsure when that fails: the next
+ * claim settles it); sf_reg_retry_unlock is the thread's retry of a lock node whose delete
+ * failed. */
+char *sf_reg_rooted(const sf_registry *r, const char *s, const char *path, const char *suffix);
+int sf_reg_claim_checks(sf_registry *r, char *err, size_t errlen);
 int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_t *id,
                       int64_t *floor_ms, char *err, size_t errlen);
-int sf_reg_check_peers(sf_registry *r, char *err, size_t errlen);
-void sf_reg_warn_standalone(sf_registry *r);
-
-/* registry_queue.c: the automatic claim (0, -1, SF_REGISTRY_ALL_TAKEN, SF_REGISTRY_SCARCE),
- * and the registry thread's retry of a lock node whose delete failed. */
-int sf_reg_claim_auto(sf_registry *r, bool wait_when_scarce, int64_t *id, char *err,
-                      size_t errlen);
+void sf_reg_release_worker(sf_registry *r, int64_t id);
 void sf_reg_retry_unlock(sf_registry *r);
 
-/* registry_slots.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
+/* ---- registry_floor.c: the floor record. sf_reg_floor_too_far: the floor recorded for id
+ * is further ahead of our clock than a new holder waits (*floor_ms filled). sf_reg_wait_for_floor:
+ * waits until our clock is past it (kept: the id was ours all along, so a reservation of our
+ * own is no floor for us). sf_reg_load_state reads the record into the registry's view,
+ * making the state node when there is none. */
+bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
+int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
+                          char *err, size_t errlen);
+int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen);
+
+/* ---- registry_lease.c: the renewals and the lease they certify. */
+void sf_reg_granted(sf_registry *r, int granted_ms);
+int64_t sf_reg_renew_wake(const sf_registry *r);
+bool sf_reg_renew_if_due(sf_registry *r, int64_t id);
+int64_t sf_reg_next_extension(const sf_registry *r, int64_t now);
+bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
+                           size_t errlen);
+void sf_reg_final_record(sf_registry *r, int64_t until);
+
+/* ---- registry_slots.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
  * held) only queues a request; sf_reg_slots_refresh (lock held, the registry's thread) arms
  * the watch again after a change, returning 0 or, when it is too soon, the boot ms to try
- * at; init and free bracket the registry's life. */
+ * at; init and free bracket the registry's life. sf_reg_unwatch, before zh (no longer r->zh)
+ * is closed: the server drops every watch of ours, so that no notification arrives while the
+ * handle closes; waited for until boot-clock time until at most. Lock not held. */
 void sf_reg_slots_watch(sf_registry *r);
 int64_t sf_reg_slots_refresh(sf_registry *r);
 void sf_reg_slots_init(sf_registry *r);
 void sf_reg_slots_free(sf_registry *r);
-
-/* Before zh (no longer r->zh) is closed: the server drops every watch of ours, so that no
- * notification arrives while the handle closes; waited for until boot-clock time until at
- * most. Lock not held. */
 void sf_reg_unwatch(sf_registry *r, zhandle_t *zh, int64_t until);
 
 #endif /* SF_REGISTRY_INTERNAL_H */

@@ -2,7 +2,7 @@
  * their list. */
 #define _POSIX_C_SOURCE 200809L
 #include "registry_peers.h"
-#include "registry_batch.h"
+#include "zkbatch.h"
 #include "registry_log.h"
 
 #include <inttypes.h>
@@ -97,22 +97,22 @@ static int sf_reg_peers_visit(const sf_registry_peers *p, bool warn, sf_reg_peer
                              "decimal 0..31)", p->worker_id_path, kids.data[i]);
     }
     deallocate_String_vector(&kids);
-    sf_reg_read *reads = calloc(SF_MAX_WORKER_ID + 1, sizeof *reads);
+    sf_zkbatch_read *reads = calloc(SF_MAX_WORKER_ID + 1, sizeof *reads);
     if (reads == NULL) {
         sf_registry_set_err(err, errlen, "out of memory reading the holders under %s",
                             p->worker_id_path);
         return -1;
     }
-    sf_reg_batch batch;
-    sf_reg_batch_init(&batch);
+    sf_zkbatch batch;
+    sf_zkbatch_init(&batch);
     char path[SF_REG_PEERS_PATH_MAX];
     for (int id = 0; id <= SF_MAX_WORKER_ID; id++) {
         snprintf(path, sizeof path, "%s/%d", p->worker_id_path, id);
         if (present[id]) /* the request carries its own copy of the path */
-            sf_reg_batch_get(&batch, p->zh, path, &reads[id]);
+            sf_zkbatch_get(&batch, p->zh, path, &reads[id]);
     }
-    sf_reg_batch_wait(&batch);
-    sf_reg_batch_free(&batch);
+    sf_zkbatch_wait(&batch);
+    sf_zkbatch_free(&batch);
     int result = 0;
     for (int id = 0; id <= SF_MAX_WORKER_ID && result == 0; id++) {
         if (sf_reg_peers_cancelled(p)) {

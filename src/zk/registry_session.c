@@ -1,9 +1,9 @@
 /* registry_session.c -- the ZooKeeper session: opening it, waiting for it, the watcher that
  * turns its events into the state machine's, and the paths every claim needs made.
- * Part of the registry (registry.c says how the parts fit); knows nothing of sockets. */
+ * Part of the registry (registry.h says where each part lives); knows nothing of sockets. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME */
 #include "registry_internal.h"
-#include "registry_batch.h"
+#include "zkbatch.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -65,6 +65,15 @@ static void sf_reg_auth_done(int rc, const void *data)
     r->auth_rc = rc;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Frees the slots of renewals sent on a handle now closed: zookeeper_close has run every
+ * completion it will (with ZCLOSING), so none comes for them any more. Lock held. */
+static void sf_reg_renewals_forget(sf_registry *r, const zhandle_t *closed)
+{
+    for (int i = 0; i < SF_REG_IN_FLIGHT; i++)
+        if (r->renewals[i].zh == closed)
+            r->renewals[i].used = false;
 }
 
 /* Replaces the session's handle with a new one that starts connecting (the old one, if any,
@@ -187,17 +196,19 @@ static int sf_reg_create_path(sf_registry *r, const char *path, char *err, size_
     }
 }
 
-int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen)
+/* Makes sure worker_id_path, lock_path and state_path exist (looked up at once: a read
+ * each, where a create of a node that exists would still be a write through the leader). */
+static int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen)
 {
     const char *paths[] = {r->worker_id_path, r->lock_path, r->state_path};
     enum { N = sizeof paths / sizeof paths[0] };
-    sf_reg_read found[N];
-    sf_reg_batch batch;
-    sf_reg_batch_init(&batch);
+    sf_zkbatch_read found[N];
+    sf_zkbatch batch;
+    sf_zkbatch_init(&batch);
     for (int i = 0; i < N; i++)
-        sf_reg_batch_exists(&batch, r->zh, paths[i], &found[i]);
-    sf_reg_batch_wait(&batch);
-    sf_reg_batch_free(&batch);
+        sf_zkbatch_exists(&batch, r->zh, paths[i], &found[i]);
+    sf_zkbatch_wait(&batch);
+    sf_zkbatch_free(&batch);
     for (int i = 0; i < N; i++) {
         if (found[i].rc == ZOK)
             continue;
@@ -211,4 +222,57 @@ int sf_reg_ensure_paths(sf_registry *r, char *err, size_t errlen)
             return -1;
     }
     return 0;
+}
+
+/* A single standalone server has no quorum to keep a write once it is lost, nor a second
+ * copy of the floors: warn once. An ensemble lists its members in /zookeeper/config. */
+static void sf_reg_warn_standalone(sf_registry *r)
+{
+    char cfg[SF_REG_DATA_MAX * 4];
+    int rc = sf_reg_get_string(r, "/zookeeper/config", cfg, sizeof cfg, NULL);
+    if (rc == ZOK && strstr(cfg, "server.") == NULL)
+        sf_reg_log(r, "warning", "ZooKeeper at %s is a single standalone server, not an "
+                   "ensemble: while it is down every node refuses ids, and if its data is lost, "
+                   "so are the floors that keep ids from repeating; run three or five servers",
+                   r->hosts);
+}
+
+int sf_reg_session_ready(sf_registry *r, uint64_t *conn, char *err, size_t errlen)
+{
+    int rc;
+    pthread_mutex_lock(&r->mu);
+    bool expired = r->expired || r->zh == NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (expired) { /* a claim tried again after its session expired: a new one */
+        if (sf_reg_open_session(r, err, errlen) != 0)
+            return -1;
+        r->session_checked = false;
+    }
+    if (!r->session_checked) {
+        if ((rc = sf_reg_wait_session(r, err, errlen)) != 0)
+            return rc;
+        r->session_checked = true;
+        sf_reg_log(r, "info", "ZooKeeper session 0x%" PRIx64 " with %s, timeout %d ms",
+                   (uint64_t)sf_reg_session_id(r), r->hosts, r->negotiated_ms);
+        sf_reg_warn_standalone(r);
+        if (r->o.skip_sanity_checks)
+            sf_reg_log(r, "warning", "peer sanity checks skipped (skip_sanity_checks = true)");
+    }
+    pthread_mutex_lock(&r->mu);
+    *conn = r->conn;
+    bool up = r->connected && !r->expired;
+    r->zk_failed = false;
+    r->not_yet = false;
+    pthread_mutex_unlock(&r->mu);
+    if (!up) {
+        sf_registry_set_err(err, errlen, "the ZooKeeper session with '%s' was lost before "
+                            "claiming under %s", r->hosts, r->worker_id_path);
+        return SF_REGISTRY_ZK_FAILED;
+    }
+    if (sf_reg_ensure_paths(r, err, errlen) == 0)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    rc = r->zk_failed ? SF_REGISTRY_ZK_FAILED : -1; /* ZooKeeper's failure: try again */
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }

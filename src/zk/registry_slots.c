@@ -5,7 +5,7 @@
  * the registry's thread, at most once a second: the 32 holders of a path starting together
  * read it a few times each, not once per holder that came. So both cost a read per change
  * of the fleet (or per second, while it changes) and nothing per id or in steady state.
- * Part of the registry (registry.c says how the parts fit).
+ * Part of the registry (registry.h says where each part lives).
  *
  * A holder's node data never changes while its node lives (renewals write the same data),
  * so it is read again only when its node may have been replaced: when the listing shows the

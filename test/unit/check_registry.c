@@ -15,7 +15,7 @@
 
 #include "common/clocks.h"
 #include "zk/registry.h"
-#include "zk/registry_batch.h"
+#include "zk/zkbatch.h"
 #include "zk/registry_internal.h" /* the handle's own state, which the client reports */
 #include "lib/snowflake.h"
 #include "registry_harness.h"
@@ -773,7 +773,7 @@ START_TEST(a_multi_the_client_refuses_frees_nothing_of_ours)
 #if defined(__SANITIZE_ADDRESS__)
     __lsan_disable();
 #endif
-    int rc = sf_reg_amulti(zh, 2, ops, results, multi_done, NULL);
+    int rc = sf_zkbatch_amulti(zh, 2, ops, results, multi_done, NULL);
 #if defined(__SANITIZE_ADDRESS__)
     __lsan_enable();
 #endif

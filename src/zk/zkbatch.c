@@ -1,13 +1,13 @@
-/* registry_batch.c -- several ZooKeeper requests in one round trip, and the registry's multi
- * (registry_batch.h). The completions run on the client library's completion thread and
+/* zkbatch.c -- several ZooKeeper requests in one round trip, and the registry's multi
+ * (zkbatch.h). The completions run on the client library's completion thread and
  * only copy the answer. */
 #define _GNU_SOURCE
-#include "registry_batch.h"
+#include "zkbatch.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void sf_reg_batch_init(sf_reg_batch *b)
+void sf_zkbatch_init(sf_zkbatch *b)
 {
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
@@ -15,9 +15,9 @@ void sf_reg_batch_init(sf_reg_batch *b)
 }
 
 /* A read answered: one fewer to wait for. */
-static void sf_reg_batch_done(sf_reg_read *r, int rc, const struct Stat *stat)
+static void sf_zkbatch_done(sf_zkbatch_read *r, int rc, const struct Stat *stat)
 {
-    sf_reg_batch *b = r->batch;
+    sf_zkbatch *b = r->batch;
     r->rc = rc;
     if (rc == ZOK && stat != NULL)
         r->stat = *stat;
@@ -27,27 +27,27 @@ static void sf_reg_batch_done(sf_reg_read *r, int rc, const struct Stat *stat)
     pthread_mutex_unlock(&b->mu);
 }
 
-static void sf_reg_batch_data_done(int rc, const char *value, int len, const struct Stat *stat,
+static void sf_zkbatch_data_done(int rc, const char *value, int len, const struct Stat *stat,
                                    const void *data)
 {
-    sf_reg_read *r = (sf_reg_read *)data;
+    sf_zkbatch_read *r = (sf_zkbatch_read *)data;
     size_t n = rc == ZOK && value != NULL && len > 0 ? (size_t)len : 0;
     if (n >= sizeof r->data)
         n = sizeof r->data - 1;
     memcpy(r->data, value != NULL ? value : "", n);
     r->data[n] = '\0';
-    sf_reg_batch_done(r, rc, stat);
+    sf_zkbatch_done(r, rc, stat);
 }
 
-static void sf_reg_batch_stat_done(int rc, const struct Stat *stat, const void *data)
+static void sf_zkbatch_stat_done(int rc, const struct Stat *stat, const void *data)
 {
-    sf_reg_batch_done((sf_reg_read *)data, rc, stat);
+    sf_zkbatch_done((sf_zkbatch_read *)data, rc, stat);
 }
 
-static void sf_reg_batch_kids_done(int rc, const struct String_vector *kids,
+static void sf_zkbatch_kids_done(int rc, const struct String_vector *kids,
                                    const struct Stat *stat, const void *data)
 {
-    sf_reg_read *r = (sf_reg_read *)data;
+    sf_zkbatch_read *r = (sf_zkbatch_read *)data;
     if (rc == ZOK && kids != NULL && kids->count > 0) {
         /* The client frees its copy after this returns: keep our own. */
         r->kids.data = calloc((size_t)kids->count, sizeof *r->kids.data);
@@ -59,11 +59,11 @@ static void sf_reg_batch_kids_done(int rc, const struct String_vector *kids,
         if (r->kids.count < kids->count)
             rc = ZSYSTEMERROR; /* out of memory: the listing is not whole */
     }
-    sf_reg_batch_done(r, rc, stat);
+    sf_zkbatch_done(r, rc, stat);
 }
 
 /* Readies out for a read, counting it before it is queued (its answer may come at once). */
-static void sf_reg_batch_add(sf_reg_batch *b, sf_reg_read *out)
+static void sf_zkbatch_add(sf_zkbatch *b, sf_zkbatch_read *out)
 {
     memset(out, 0, sizeof *out);
     out->batch = b;
@@ -74,7 +74,7 @@ static void sf_reg_batch_add(sf_reg_batch *b, sf_reg_read *out)
 }
 
 /* A read that could not be queued: nothing will answer it. */
-static void sf_reg_batch_queued(sf_reg_batch *b, sf_reg_read *out, int rc)
+static void sf_zkbatch_queued(sf_zkbatch *b, sf_zkbatch_read *out, int rc)
 {
     if (rc == ZOK)
         return;
@@ -84,26 +84,26 @@ static void sf_reg_batch_queued(sf_reg_batch *b, sf_reg_read *out, int rc)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sf_reg_batch_get(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+void sf_zkbatch_get(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
 {
-    sf_reg_batch_add(b, out);
-    sf_reg_batch_queued(b, out, zoo_aget(zh, path, 0, sf_reg_batch_data_done, out));
+    sf_zkbatch_add(b, out);
+    sf_zkbatch_queued(b, out, zoo_aget(zh, path, 0, sf_zkbatch_data_done, out));
 }
 
-void sf_reg_batch_exists(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+void sf_zkbatch_exists(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
 {
-    sf_reg_batch_add(b, out);
-    sf_reg_batch_queued(b, out, zoo_aexists(zh, path, 0, sf_reg_batch_stat_done, out));
+    sf_zkbatch_add(b, out);
+    sf_zkbatch_queued(b, out, zoo_aexists(zh, path, 0, sf_zkbatch_stat_done, out));
 }
 
-void sf_reg_batch_children(sf_reg_batch *b, zhandle_t *zh, const char *path, sf_reg_read *out)
+void sf_zkbatch_children(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
 {
-    sf_reg_batch_add(b, out);
-    sf_reg_batch_queued(b, out, zoo_aget_children2(zh, path, 0, sf_reg_batch_kids_done, out));
+    sf_zkbatch_add(b, out);
+    sf_zkbatch_queued(b, out, zoo_aget_children2(zh, path, 0, sf_zkbatch_kids_done, out));
 }
 
 /* The path a sub-request names, for its copy. */
-static const char **sf_reg_op_path(zoo_op_t *op)
+static const char **sf_zkbatch_op_path(zoo_op_t *op)
 {
     switch (op->type) {
     case ZOO_CREATE_OP:
@@ -120,7 +120,7 @@ static const char **sf_reg_op_path(zoo_op_t *op)
     }
 }
 
-int sf_reg_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t *results,
+int sf_zkbatch_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t *results,
                   void_completion_t done, const void *data)
 {
     int state = zoo_state(zh);
@@ -128,13 +128,13 @@ int sf_reg_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t
         return ZINVALIDSTATE;
     if (state != ZOO_CONNECTED_STATE)
         return ZCONNECTIONLOSS;
-    if (count < 1 || count > SF_REG_MULTI_MAX)
+    if (count < 1 || count > SF_ZKBATCH_MULTI_MAX)
         return ZBADARGUMENTS;
-    zoo_op_t copy[SF_REG_MULTI_MAX];
-    char *paths[SF_REG_MULTI_MAX] = {NULL};
+    zoo_op_t copy[SF_ZKBATCH_MULTI_MAX];
+    char *paths[SF_ZKBATCH_MULTI_MAX] = {NULL};
     for (int i = 0; i < count; i++) {
         copy[i] = ops[i];
-        const char **path = sf_reg_op_path(&copy[i]);
+        const char **path = sf_zkbatch_op_path(&copy[i]);
         if (path == NULL || (paths[i] = strdup(*path)) == NULL) {
             for (int j = 0; j < i; j++)
                 free(paths[j]);
@@ -151,20 +151,20 @@ int sf_reg_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t
     return rc;
 }
 
-static void sf_reg_batch_multi_done(int rc, const void *data)
+static void sf_zkbatch_multi_done(int rc, const void *data)
 {
-    sf_reg_batch_done((sf_reg_read *)data, rc, NULL);
+    sf_zkbatch_done((sf_zkbatch_read *)data, rc, NULL);
 }
 
-void sf_reg_batch_multi(sf_reg_batch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
-                        zoo_op_result_t *results, sf_reg_read *out)
+void sf_zkbatch_multi(sf_zkbatch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
+                        zoo_op_result_t *results, sf_zkbatch_read *out)
 {
-    sf_reg_batch_add(b, out);
-    sf_reg_batch_queued(b, out, sf_reg_amulti(zh, count, ops, results, sf_reg_batch_multi_done,
+    sf_zkbatch_add(b, out);
+    sf_zkbatch_queued(b, out, sf_zkbatch_amulti(zh, count, ops, results, sf_zkbatch_multi_done,
                                               out));
 }
 
-void sf_reg_batch_wait(sf_reg_batch *b)
+void sf_zkbatch_wait(sf_zkbatch *b)
 {
     pthread_mutex_lock(&b->mu);
     while (b->pending > 0)
@@ -172,7 +172,7 @@ void sf_reg_batch_wait(sf_reg_batch *b)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sf_reg_read_free(sf_reg_read *r)
+void sf_zkbatch_read_free(sf_zkbatch_read *r)
 {
     for (int i = 0; i < r->kids.count; i++)
         free(r->kids.data[i]);
@@ -181,7 +181,7 @@ void sf_reg_read_free(sf_reg_read *r)
     r->kids.count = 0;
 }
 
-void sf_reg_batch_free(sf_reg_batch *b)
+void sf_zkbatch_free(sf_zkbatch *b)
 {
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
