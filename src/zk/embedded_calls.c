@@ -15,14 +15,6 @@
 #include "common/clocks.h"
 #include "embedded_health.h"
 
-int sfz_fail_forked(const sfz *h, sfz_error *err)
-{
-    return sfz_fail(err, SFZ_ERR_FORKED, "this handle was started by pid %ld; this process "
-                    "(pid %ld) is a fork() of it and gets nothing from it: start a handle of "
-                    "its own after fork() (or give the handle on_fork = SFZ_ON_FORK_CLAIM)",
-                    (long)h->made_by, (long)getpid());
-}
-
 /* Why a stopping handle refuses. */
 static const char sfz_stopping_reason[] = "stopping: sfz_stop was called";
 

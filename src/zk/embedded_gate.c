@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/clocks.h"
+#include "embedded_error.h"
 
 #define SFZ_GATE_POLL_MS 1 /* how often sfz_gate_drain looks again */
 
@@ -193,4 +194,12 @@ int sfz_gate_drain(const void *handle)
     while (sfz_gate_busy(handle))
         sf_clocks_sleep_ms(SFZ_GATE_POLL_MS);
     return 0;
+}
+
+int sfz_gate_refuse(pid_t made_by, sfz_error *err)
+{
+    return sfz_fail(err, SFZ_ERR_FORKED, "this handle was started by pid %ld; this process "
+                    "(pid %ld) is a fork() of it and gets nothing from it: start a handle of "
+                    "its own after fork() (or give the handle on_fork = SFZ_ON_FORK_CLAIM)",
+                    (long)made_by, (long)getpid());
 }

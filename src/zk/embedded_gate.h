@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "snowflake_zk.h"
+
 #ifndef SFZ_INTERNAL
 #define SFZ_INTERNAL __attribute__((visibility("hidden")))
 #endif
@@ -62,6 +64,11 @@ SFZ_INTERNAL void sfz_gate_unlock_claims(void);
 SFZ_INTERNAL void sfz_gate_wait_claims(void);
 SFZ_INTERNAL void sfz_gate_claims_changed(void);
 SFZ_INTERNAL bool sfz_gate_owned_here(const sfz_owner *owner);
+
+/* The refusal of a call in a process a handle does not belong to: fills err with
+ * SFZ_ERR_FORKED, naming made_by (the process the handle belongs to) and this one; returns
+ * the code. */
+SFZ_INTERNAL int sfz_gate_refuse(pid_t made_by, sfz_error *err);
 
 typedef struct sfz_gate_slot {
     _Atomic(const void *) inside; /* the handle this thread is making ids of, or NULL */

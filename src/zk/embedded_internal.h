@@ -74,7 +74,10 @@ static inline bool sfz_forked(const sfz *h)
 }
 
 /* Fills err with SFZ_ERR_FORKED, naming the process h belongs to; returns the code. */
-SFZ_INTERNAL int sfz_fail_forked(const sfz *h, sfz_error *err);
+static inline int sfz_fail_forked(const sfz *h, sfz_error *err)
+{
+    return sfz_gate_refuse(h->made_by, err);
+}
 
 /* A fork() child's id call on a handle not its own: with SFZ_ON_FORK_CLAIM, claims the
  * child's own worker id (waiting for another thread's claim of it instead, if one is under

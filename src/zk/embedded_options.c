@@ -5,7 +5,6 @@
 #include "embedded_options.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +13,6 @@
 #include "common/option_range.h"
 #include "common/registry_options.h"
 #include "common/zkpath.h"
-
-/* Fills err (if any) with code and a formatted message; returns code. */
-int sfz_fail(sfz_error *err, int code, const char *fmt, ...)
-{
-    if (err != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        err->behind_ms = 0;
-        err->discarded = 0;
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 void sfz_options_init(sfz_options *opts)
 {

@@ -20,12 +20,7 @@ typedef struct sfz_datacenters {
     char paths[SF_MAX_DATACENTER_ID + 1][SF_ZKPATH_MAX + 1];
 } sfz_datacenters;
 
-/* The library's own functions: hidden, so that only the public API is exported. */
-#define SFZ_INTERNAL __attribute__((visibility("hidden")))
-
-/* Fills err (if any) with code and a formatted message; returns code. */
-SFZ_INTERNAL int sfz_fail(sfz_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "embedded_error.h"
 
 /* The generator's options for worker_id under opts. */
 SFZ_INTERNAL void sfz_worker_options(const sfz_options *opts, int64_t worker_id,
