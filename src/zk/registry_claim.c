@@ -274,6 +274,7 @@ static int sf_reg_epoch_record(sf_registry *r, bool restamp, char *err, size_t e
         struct Stat st, written;
         int rc = sf_reg_get_string(r, r->state_path, data, sizeof data, &st);
         if (rc != ZOK) {
+            sf_reg_zk_error(r, rc);
             sf_registry_set_err(err, errlen, "cannot read the epoch recorded in %s: %s",
                                 r->state_path, zerror(rc));
             return -1;
@@ -307,6 +308,7 @@ static int sf_reg_epoch_record(sf_registry *r, bool restamp, char *err, size_t e
         if (rc == ZBADVERSION)
             continue; /* written meanwhile, perhaps with another epoch: read it again */
         if (rc != ZOK) {
+            sf_reg_zk_error(r, rc);
             sf_registry_set_err(err, errlen, "cannot record the epoch in %s: %s%s",
                                 r->state_path, zerror(rc),
                                 rc == ZNOAUTH ? " (check zookeeper.auth)" : "");

@@ -59,6 +59,7 @@ static int sf_reg_read_state(sf_registry *r, int64_t id, sf_reg_record *rec, int
     if (rc == ZNONODE)
         return 0;
     if (rc != ZOK) {
+        sf_reg_zk_error(r, rc);
         sf_registry_set_err(err, errlen, "cannot read the floor in %s: %s", path, zerror(rc));
         return -1;
     }
@@ -95,6 +96,7 @@ int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen)
         sf_reg_state_node(r, id, path, sizeof path);
         int rc = zoo_create(r->zh, path, "released -1", 11, sf_reg_acl(r), 0, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
+            sf_reg_zk_error(r, rc);
             sf_registry_set_err(err, errlen, "cannot create %s: %s%s", path, zerror(rc),
                                 rc == ZNOAUTH ? " (check zookeeper.auth)" : "");
             return -1;
