@@ -8,9 +8,11 @@
  * input handler is told the socket is readable and reads it; on io_uring (loop_uring.c) a
  * receive is queued per socket and completes with the bytes, so one system call per turn
  * submits and reaps the receives of every socket served in that turn. On either, the
- * handlers send at once. The loop's epoll instance holds the descriptors that only signal
- * (sf_loop_add_ready: a listener, a wake-up) on both backends; on io_uring the ring polls
- * that instance, so accepting and handing over are one code path. */
+ * handlers send at once. The loop's epoll instance (loop.c, the core both backends use,
+ * which calls neither) holds the descriptors that only signal (sf_loop_add_ready: a
+ * listener, a wake-up) on both backends; on io_uring the ring polls that instance, so
+ * accepting and handing over are one code path. The functions below that choose a backend
+ * are the interface's own, here. */
 #ifndef SF_LOOP_H
 #define SF_LOOP_H
 
@@ -68,31 +70,31 @@ typedef struct sf_loop {
     int index;       /* the server thread named in the loop's log lines */
 } sf_loop;
 
-/* loop_epoll.c */
+/* loop.c: the core, which both backends use and which calls neither. */
 /* Sets up an unopened loop whose handlers are given owner. */
 void sf_loop_init(sf_loop *l, void *owner, int index);
 /* Opens the epoll instance. False (errno set) when it cannot. */
 bool sf_loop_open(sf_loop *l);
-/* Closes the epoll instance and frees a ring never started. */
-void sf_loop_free(sf_loop *l);
+/* Closes the epoll instance (sf_loop_free closes the loop). */
+void sf_loop_close(sf_loop *l);
 /* Watches fd for readiness only (a listener, an eventfd), on either backend: ready(owner)
  * is called when it is readable, or when epoll reports an error on it (reading it then
  * meets the error). False (errno set) when it cannot. */
 bool sf_loop_add_ready(sf_loop *l, sf_loop_fd *w, int fd, void (*ready)(void *owner));
 /* Stops watching a descriptor added with sf_loop_add_ready; it stays open. */
 bool sf_loop_remove_ready(sf_loop *l, sf_loop_fd *w);
-/* Stops watching a socket and closes it; its handlers are not called again. On io_uring
- * its requests in flight are cancelled, and w stays allocated until they end
- * (sf_loop_busy). False (errno set) when they could not be: the client then sees its
- * connection end only when they do. */
-bool sf_loop_remove(sf_loop *l, sf_loop_fd *w);
-bool sf_loop_epoll_add(sf_loop *l, sf_loop_fd *w);
-bool sf_loop_epoll_want(sf_loop *l, sf_loop_fd *w, bool want_in, bool want_out);
+/* Closes a socket (sf_loop_remove closes it once its requests in flight are cancelled),
+ * keeping errno. */
+void sf_loop_close_fd(sf_loop_fd *w);
 /* Handles what the epoll instance reports, waiting up to timeout_ms: on epoll everything,
  * on io_uring the descriptors added with sf_loop_add_ready. False when the loop must end. */
-bool sf_loop_epoll_turn(sf_loop *l, int timeout_ms);
+bool sf_loop_take(sf_loop *l, int timeout_ms);
 
-/* loop_uring.c */
+/* loop_epoll.c: the epoll backend. */
+bool sf_loop_epoll_add(sf_loop *l, sf_loop_fd *w);
+bool sf_loop_epoll_want(sf_loop *l, sf_loop_fd *w, bool want_in, bool want_out);
+
+/* loop_uring.c: the io_uring backend. */
 /* Gives the loop an io_uring, disabled until sf_loop_start. False when io_uring or a
  * feature the loop needs is unavailable; why then says which. */
 bool sf_loop_make_ring(sf_loop *l, char *why, size_t whylen);
@@ -110,6 +112,24 @@ bool sf_loop_uring_forget(sf_loop *l, sf_loop_fd *w);
  * Always false on epoll. */
 bool sf_loop_cancel_input(sf_loop *l, sf_loop_fd *w);
 bool sf_loop_uring_turn(sf_loop *l, int timeout_ms);
+
+/* Closes the epoll instance and frees a ring never started. */
+static inline void sf_loop_free(sf_loop *l)
+{
+    sf_loop_drop_ring(l);
+    sf_loop_close(l);
+}
+
+/* Stops watching a socket and closes it; its handlers are not called again. On io_uring
+ * its requests in flight are cancelled, and w stays allocated until they end
+ * (sf_loop_busy). False (errno set) when they could not be: the client then sees its
+ * connection end only when they do. */
+static inline bool sf_loop_remove(sf_loop *l, sf_loop_fd *w)
+{
+    bool cancelled = l->uring == NULL || sf_loop_uring_forget(l, w);
+    sf_loop_close_fd(w);
+    return cancelled;
+}
 
 /* "io_uring" or "epoll": what the loop runs on. */
 static inline const char *sf_loop_backend(const sf_loop *l)
@@ -151,8 +171,7 @@ static inline bool sf_loop_busy(const sf_loop_fd *w)
 /* One turn: waits at most timeout_ms and handles what arrived. False when the loop must end. */
 static inline bool sf_loop_turn(sf_loop *l, int timeout_ms)
 {
-    return l->uring != NULL ? sf_loop_uring_turn(l, timeout_ms)
-                            : sf_loop_epoll_turn(l, timeout_ms);
+    return l->uring != NULL ? sf_loop_uring_turn(l, timeout_ms) : sf_loop_take(l, timeout_ms);
 }
 
 #endif /* SF_LOOP_H */

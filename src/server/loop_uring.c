@@ -1,5 +1,6 @@
 /* loop_uring.c -- the io_uring backend of the loop (loop.h): one receive is queued per socket
- * and completes with its bytes, and one wait per turn submits and reaps them all. The ring
+ * and completes with its bytes, and one wait per turn submits and reaps them all; the ring
+ * polls the loop's epoll instance (loop.c) for the descriptors that only signal. The ring
  * itself (buffers, submission) is uring.c. */
 #define _GNU_SOURCE
 #include "loop.h"
@@ -132,7 +133,7 @@ static void sf_loop_complete(sf_loop *l, sf_uring_event *e)
  * False when the loop must end. */
 static bool sf_loop_take_events(sf_loop *l)
 {
-    bool ok = sf_loop_epoll_turn(l, 0);
+    bool ok = sf_loop_take(l, 0);
     if (!sf_uring_poll(l->uring, l->epfd, POLLIN, l, SF_OP_EVENTS)) {
         g_critical("server thread %d cannot watch its listener and wake-up on io_uring: %s",
                    l->index, g_strerror(errno));
