@@ -9,13 +9,14 @@
  *     holder does not serve before its clock is past it.
  * The registry knows nothing of sockets: peers are queried through a callback.
  *
- * Where each part lives (src/zk/): the public calls, the thread and the state machine with
- * its waits (registry.c); the session and its watcher (registry_session.c); the claim: the
- * worker node, the automatic claim's queue, the epoch check-in and the claim over several
- * paths (registry_claim.c); the floor record a new holder waits past (registry_floor.c); the
- * lease: its renewals and the arithmetic they rest on (registry_lease.c); the holders under
- * the path, watched (registry_slots.c); the original's peer checks (registry_peers.c); and,
- * below them, ZooKeeper requests in one round trip and the multi (zkbatch.c). What the
+ * Where each part lives (src/zk/): the state machine with its waits, the session and its
+ * watcher, the public calls (the claim over several paths among them) and the thread
+ * (registry.c); the claim: the worker node, the automatic claim's queue and the epoch
+ * check-in (registry_claim.c); the lease: its renewals, the arithmetic they rest on and the
+ * floor record they write, which a new holder waits past (registry_lease.c); the other
+ * holders: the original's peer checks and the holders under the path, watched
+ * (registry_peers.c); and, below them, ZooKeeper requests in one round trip and the multi
+ * (zkbatch.c). What the
  * promise (no id twice) rests on, and the assumptions it makes of ZooKeeper and the clocks:
  * the manual's "Registration in ZooKeeper" and "Guarantees and assumptions".
  *

@@ -4,11 +4,12 @@
  * (the original's ephemeral node, again while another holds it) or an automatic one taken
  * through the queue (ZooKeeper's lock recipe under lock_path, each claimant's place picking
  * its id); the claim's first write is stamped by the ensemble's leader, which checks our
- * clock; then the floor recorded for the id is waited past (registry_floor.c). Before every
+ * clock; then the floor recorded for the id is waited past (registry_lease.c). Before every
  * claim the path's epoch record is checked in with (below) and the original's peer checks are
- * made (registry_peers.c). An automatic claim over several paths (an automatic datacenter)
- * walks them on one session, at the end of this file.
- * Part of the registry (registry.h says where each part lives); knows nothing of sockets. */
+ * made (registry_peers.c).
+ * Part of the registry (registry.h says where each part lives); knows nothing of sockets.
+ * It tells the state machine (registry.c: sf_reg_step) that an id was claimed, the state
+ * machine's one loop; everything else it calls lies below it. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME, strndup */
 #include "registry_internal.h"
 #include "zkbatch.h"
@@ -450,23 +451,22 @@ static int sf_reg_enqueue(sf_registry *r, char *mine, size_t minelen, sf_reg_sta
 static int sf_reg_read_view(sf_registry *r, const char *my_name, const bool *skip,
                             sf_reg_view *v, char *err, size_t errlen)
 {
-    sf_zkbatch_read locks, workers; /* asked together: the server answers them in this order */
-    sf_zkbatch batch;
-    sf_zkbatch_init(&batch);
-    sf_zkbatch_children(&batch, r->zh, r->lock_path, &locks);
-    sf_zkbatch_children(&batch, r->zh, r->worker_id_path, &workers);
-    sf_zkbatch_wait(&batch);
-    sf_zkbatch_free(&batch);
+    sf_zkbatch_req lists[] = { /* asked together: the server answers them in this order */
+        {.kind = SF_ZKBATCH_CHILDREN, .path = r->lock_path},
+        {.kind = SF_ZKBATCH_CHILDREN, .path = r->worker_id_path},
+    };
+    sf_zkbatch_send(r->zh, lists, 2);
+    sf_zkbatch_req *locks = &lists[0], *workers = &lists[1];
     int result = -1;
-    if (locks.rc != ZOK || workers.rc != ZOK) {
-        bool lock_failed = locks.rc != ZOK;
-        int rc = lock_failed ? locks.rc : workers.rc;
+    if (locks->rc != ZOK || workers->rc != ZOK) {
+        bool lock_failed = locks->rc != ZOK;
+        int rc = lock_failed ? locks->rc : workers->rc;
         sf_reg_zk_error(r, rc);
         sf_registry_set_err(err, errlen, "cannot list %s: %s",
                             lock_failed ? r->lock_path : r->worker_id_path, zerror(rc));
         goto done;
     }
-    struct String_vector *kids = &locks.kids;
+    struct String_vector *kids = &locks->kids;
     qsort(kids->data, (size_t)kids->count, sizeof kids->data[0], sf_reg_cmp_lock);
     int idx = -1;
     for (int i = 0; i < kids->count && idx < 0; i++)
@@ -483,9 +483,9 @@ static int sf_reg_read_view(sf_registry *r, const char *my_name, const bool *ski
         goto done;
     }
     bool taken[SF_REGISTRY_MAX_WORKERS] = {false};
-    for (int i = 0; i < workers.kids.count; i++) {
+    for (int i = 0; i < workers->kids.count; i++) {
         int64_t k;
-        if (sf_zkpath_parse_worker_id(workers.kids.data[i], &k))
+        if (sf_zkpath_parse_worker_id(workers->kids.data[i], &k))
             taken[k] = true;
     }
     v->nfree = 0;
@@ -494,8 +494,8 @@ static int sf_reg_read_view(sf_registry *r, const char *my_name, const bool *ski
             v->free[v->nfree++] = k;
     result = 0;
 done:
-    sf_zkbatch_read_free(&locks);
-    sf_zkbatch_read_free(&workers);
+    sf_zkbatch_req_free(locks);
+    sf_zkbatch_req_free(workers);
     return result;
 }
 
@@ -550,12 +550,9 @@ static int sf_reg_take_id(sf_registry *r, int64_t id, char *mine, char *err, siz
                        NULL, 0);
     zoo_delete_op_init(&ops[1], mine, -1);
     memset(results, 0, sizeof results);
-    sf_zkbatch batch;
-    sf_zkbatch_read sent;
-    sf_zkbatch_init(&batch);
-    sf_zkbatch_multi(&batch, r->zh, 2, ops, results, &sent);
-    sf_zkbatch_wait(&batch);
-    sf_zkbatch_free(&batch);
+    sf_zkbatch_req sent = {.kind = SF_ZKBATCH_MULTI, .count = 2, .ops = ops,
+                           .results = results};
+    sf_zkbatch_send(r->zh, &sent, 1);
     int rc = sent.rc;
     if (rc == ZOK) {
         r->worker_version = 0;
@@ -812,125 +809,4 @@ int sf_reg_claim_checks(sf_registry *r, char *err, size_t errlen)
     if (sf_reg_check_peers(r, err, errlen) != 0)
         return -1;
     return sf_reg_check_in(r, err, errlen);
-}
-
-/* Walks over every place before an automatic claim over several gives up (each walk after
- * the first only while one showed a free id that a race took). */
-#define SF_REG_WALK_ROUNDS 16
-
-/* How many of the ids under place (a worker id path, without the chroot) are free now (all
- * when it does not exist yet), or SF_REGISTRY_ZK_FAILED with err filled. */
-static int sf_reg_free_ids(sf_registry *r, const char *place, char *err, size_t errlen)
-{
-    struct String_vector kids = {0, NULL};
-    char *path = sf_reg_rooted(r, place, NULL, NULL);
-    if (path == NULL) {
-        sf_registry_set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = zoo_get_children(r->zh, path, 0, &kids);
-    free(path);
-    if (rc == ZNONODE)
-        return SF_REGISTRY_MAX_WORKERS;
-    if (rc != ZOK) {
-        sf_registry_set_err(err, errlen, "cannot list %s: %s", place, zerror(rc));
-        return SF_REGISTRY_ZK_FAILED;
-    }
-    int taken = 0;
-    for (int i = 0; i < kids.count; i++) {
-        int64_t k;
-        taken += sf_zkpath_parse_worker_id(kids.data[i], &k);
-    }
-    deallocate_String_vector(&kids);
-    return SF_REGISTRY_MAX_WORKERS - taken;
-}
-
-/* Makes the next claim go under place p (no id is held yet). */
-static int sf_reg_use_place(sf_registry *r, const sf_registry_place *p, char *err, size_t errlen)
-{
-    char *path = sf_reg_rooted(r, p->worker_id_path, NULL, NULL);
-    char *lock = sf_reg_rooted(r, NULL, p->worker_id_path, "-locks");
-    char *state = sf_reg_rooted(r, NULL, p->worker_id_path, "-state");
-    char *data = p->host_port != NULL ? strdup(p->host_port) : NULL;
-    if (path == NULL || lock == NULL || state == NULL || (p->host_port != NULL && data == NULL)) {
-        free(path);
-        free(lock);
-        free(state);
-        free(data);
-        sf_registry_set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    pthread_mutex_lock(&r->mu); /* sf_registry_worker_id_path reads them from any thread */
-    free(r->worker_id_path);
-    free(r->lock_path);
-    free(r->state_path);
-    free(r->host_port);
-    r->worker_id_path = path;
-    r->lock_path = lock;
-    r->state_path = state;
-    r->host_port = data;
-    r->o.datacenter_id = p->datacenter_id;
-    pthread_mutex_unlock(&r->mu);
-    return 0;
-}
-
-/* One claim under place i, waiting its turn when ids are scarce or not. */
-static int sf_reg_claim_at(sf_registry *r, const sf_registry_place *places, int i, bool wait,
-                           int *chosen, int64_t *worker_id, int64_t *floor_ms, char *err,
-                           size_t errlen)
-{
-    if (sf_reg_use_place(r, &places[i], err, errlen) != 0)
-        return -1;
-    *chosen = i;
-    r->claim_waits = wait;
-    int rc = sf_registry_claim(r, worker_id, floor_ms, err, errlen);
-    r->claim_waits = true;
-    return rc;
-}
-
-int sf_registry_claim_any(sf_registry *r, const sf_registry_place *places, int n, int first,
-                          int *chosen, int64_t *worker_id, int64_t *floor_ms, char *err,
-                          size_t errlen)
-{
-    if (r->wanted_id >= 0 || r->o.lock_path != NULL || r->o.state_path != NULL || n < 1 ||
-        first < 0 || first >= n) {
-        sf_registry_set_err(err, errlen, "a claim over several paths takes an automatic "
-                            "worker id and derives the lock and state paths from each");
-        return -1;
-    }
-    /* Rounds over every place, while one shows a free id: an id a claimant queued ahead of
-     * us left behind (it went on to another place) may come free where we have been. */
-    for (int round = 0; round < SF_REG_WALK_ROUNDS; round++) {
-        int scarce = -1, rc;
-        bool seen_free = false;
-        for (int k = 0; k < n; k++) {
-            int i = (first + k) % n;
-            if (round > 0 || k > 0) { /* the session is up: look before going there */
-                int free_ids = sf_reg_free_ids(r, places[i].worker_id_path, err, errlen);
-                if (free_ids < 0)
-                    return free_ids;
-                if (free_ids == 0)
-                    continue;
-            }
-            rc = sf_reg_claim_at(r, places, i, false, chosen, worker_id, floor_ms, err, errlen);
-            if (rc != SF_REGISTRY_ALL_TAKEN && rc != SF_REGISTRY_SCARCE)
-                return rc;
-            seen_free |= rc == SF_REGISTRY_SCARCE || round > 0 || k > 0;
-            if (rc == SF_REGISTRY_SCARCE && scarce < 0)
-                scarce = i;
-            sf_reg_log(r, "info", "%s; trying the next path", err);
-        }
-        if (scarce >= 0) {
-            rc = sf_reg_claim_at(r, places, scarce, true, chosen, worker_id, floor_ms, err,
-                                 errlen);
-            if (rc != SF_REGISTRY_ALL_TAKEN)
-                return rc;
-        }
-        if (!seen_free)
-            break;
-    }
-    sf_registry_set_err(err, errlen, "all %d worker ids under each of the %d paths are taken "
-                        "(`snowflake-zk list --path PATH` names the holders under one)",
-                        SF_REGISTRY_MAX_WORKERS, n);
-    return SF_REGISTRY_ALL_TAKEN;
 }

@@ -106,7 +106,7 @@ typedef struct sf_reg_confirmed {
     int64_t sent, confirmed; /* boot ms: before it was sent, when its confirmation ran */
 } sf_reg_confirmed;
 
-/* The holders under worker_id_path as the slots watch last saw them (registry_slots.c). */
+/* The holders under worker_id_path as the slots watch last saw them (registry_peers.c). */
 typedef struct sf_reg_holders {
     pthread_mutex_t mu;      /* guards the fields below */
     bool known;              /* a listing of the path arrived */
@@ -129,6 +129,7 @@ struct sf_registry {
     pthread_cond_t cv;       /* on CLOCK_MONOTONIC: only waits, never leases */
     zhandle_t *zh;           /* the current session's handle; NULL between sessions */
     int negotiated_ms;       /* the session timeout granted on the current connection */
+    int64_t grace_ms;        /* GRACE of negotiated_ms (sf_registry_grace_ms), set with it */
     sf_reg_state state;
     bool connected;          /* the connection is up */
     bool expired;            /* the session is gone: a new handle is needed */
@@ -177,6 +178,8 @@ struct sf_registry {
     int64_t orphan_retry_at; /* boot ms */
     bool resync;             /* a renewal met a changed version: re-read before the next */
     int64_t lease_until;     /* boot ms; 0 = no lease */
+    bool lease_lasts;        /* with a RENEWED event: lease_until is past the next extension
+                              * expected, so serving may begin on it (registry_lease.c) */
     int64_t next_renew;      /* boot ms */
     int64_t retry_at;        /* boot ms, while FENCED */
     int64_t backoff_ms;
@@ -343,22 +346,14 @@ static inline void sf_reg_set_floor_wait(sf_registry *r, bool waiting)
 }
 
 /* ---- registry.c: the state machine and its reports. The parts reach it only through its
- * input, sf_reg_step, with the events their ZooKeeper answers bring (the state machine's
- * loop); everything else they call lies below them. */
+ * input, sf_reg_step, with the events their ZooKeeper answers bring, and its report queue
+ * (the state machine's loop); everything else they call lies below them. */
 void sf_reg_step(sf_registry *r, sf_reg_event ev, const char *reason);
 void sf_reg_queue(sf_registry *r, const sf_reg_report *rep);
 void sf_reg_queue_fenced(sf_registry *r, const char *reason, bool force);
 
-/* ---- registry_session.c: the session and its watcher.
- * sf_reg_session_ready, before a claim: the session up (a new one when the last expired),
- * said once per session (its id; a standalone ensemble warned of), and the claim's paths
- * made; 0, or SF_REGISTRY_UNREACHABLE, SF_REGISTRY_ZK_FAILED or -1 with err filled; *conn
- * is the connection it found up. sf_reg_open_session replaces the handle with a new one
- * that starts connecting; sf_reg_wait_session waits for it (and the credential). */
+/* ---- registry.c, the session: its watcher, which the claim's lock wait sets too. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-int sf_reg_session_ready(sf_registry *r, uint64_t *conn, char *err, size_t errlen);
-int sf_reg_open_session(sf_registry *r, char *err, size_t errlen);
-int sf_reg_wait_session(sf_registry *r, char *err, size_t errlen);
 
 /* ---- registry_claim.c: the claim.
  * sf_reg_rooted: a path of ours as the ensemble names it: "<chroot><s>", or
@@ -381,26 +376,22 @@ int sf_reg_claim_once(sf_registry *r, int retries, bool wait_when_scarce, int64_
 void sf_reg_release_worker(sf_registry *r, int64_t id);
 void sf_reg_retry_unlock(sf_registry *r);
 
-/* ---- registry_floor.c: the floor record. sf_reg_floor_too_far: the floor recorded for id
- * is further ahead of our clock than a new holder waits (*floor_ms filled). sf_reg_wait_for_floor:
- * waits until our clock is past it (kept: the id was ours all along, so a reservation of our
- * own is no floor for us). sf_reg_load_state reads the record into the registry's view,
- * making the state node when there is none. */
-bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
-int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
-                          char *err, size_t errlen);
-int sf_reg_load_state(sf_registry *r, int64_t id, char *err, size_t errlen);
-
-/* ---- registry_lease.c: the renewals and the lease they certify. */
+/* ---- registry_lease.c: the renewals, the lease they certify and the floor record they
+ * write. sf_reg_floor_too_far: the floor recorded for id is further ahead of our clock than
+ * a new holder waits (*floor_ms filled). sf_reg_wait_for_floor: waits until our clock is
+ * past it (kept: the id was ours all along, so a reservation of our own is no floor for
+ * us). */
 void sf_reg_granted(sf_registry *r, int granted_ms);
 int64_t sf_reg_renew_wake(const sf_registry *r);
 bool sf_reg_renew_if_due(sf_registry *r, int64_t id);
-int64_t sf_reg_next_extension(const sf_registry *r, int64_t now);
 bool sf_reg_renew_and_wait(sf_registry *r, int64_t id, const char *why, char *err,
                            size_t errlen);
 void sf_reg_final_record(sf_registry *r, int64_t until);
+bool sf_reg_floor_too_far(sf_registry *r, int64_t id, int64_t *floor_ms);
+int sf_reg_wait_for_floor(sf_registry *r, int64_t id, bool kept, int64_t *floor_ms,
+                          char *err, size_t errlen);
 
-/* ---- registry_slots.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
+/* ---- registry_peers.c: the holders under worker_id_path, watched. sf_reg_slots_watch (lock
  * held) only queues a request; sf_reg_slots_refresh (lock held, the registry's thread) arms
  * the watch again after a change, returning 0 or, when it is too soon, the boot ms to try
  * at; init and free bracket the registry's life. sf_reg_unwatch, before zh (no longer r->zh)

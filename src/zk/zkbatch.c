@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sf_zkbatch_init(sf_zkbatch *b)
-{
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
-    b->pending = 0;
-}
+/* A send in flight: how many of its requests still wait for their answer. */
+typedef struct sf_zkbatch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+} sf_zkbatch;
 
 /* A read answered: one fewer to wait for. */
-static void sf_zkbatch_done(sf_zkbatch_read *r, int rc, const struct Stat *stat)
+static void sf_zkbatch_done(sf_zkbatch_req *r, int rc, const struct Stat *stat)
 {
     sf_zkbatch *b = r->batch;
     r->rc = rc;
@@ -30,7 +30,7 @@ static void sf_zkbatch_done(sf_zkbatch_read *r, int rc, const struct Stat *stat)
 static void sf_zkbatch_data_done(int rc, const char *value, int len, const struct Stat *stat,
                                    const void *data)
 {
-    sf_zkbatch_read *r = (sf_zkbatch_read *)data;
+    sf_zkbatch_req *r = (sf_zkbatch_req *)data;
     size_t n = rc == ZOK && value != NULL && len > 0 ? (size_t)len : 0;
     if (n >= sizeof r->data)
         n = sizeof r->data - 1;
@@ -41,13 +41,13 @@ static void sf_zkbatch_data_done(int rc, const char *value, int len, const struc
 
 static void sf_zkbatch_stat_done(int rc, const struct Stat *stat, const void *data)
 {
-    sf_zkbatch_done((sf_zkbatch_read *)data, rc, stat);
+    sf_zkbatch_done((sf_zkbatch_req *)data, rc, stat);
 }
 
 static void sf_zkbatch_kids_done(int rc, const struct String_vector *kids,
                                    const struct Stat *stat, const void *data)
 {
-    sf_zkbatch_read *r = (sf_zkbatch_read *)data;
+    sf_zkbatch_req *r = (sf_zkbatch_req *)data;
     if (rc == ZOK && kids != NULL && kids->count > 0) {
         /* The client frees its copy after this returns: keep our own. */
         r->kids.data = calloc((size_t)kids->count, sizeof *r->kids.data);
@@ -63,46 +63,30 @@ static void sf_zkbatch_kids_done(int rc, const struct String_vector *kids,
 }
 
 /* Readies out for a read, counting it before it is queued (its answer may come at once). */
-static void sf_zkbatch_add(sf_zkbatch *b, sf_zkbatch_read *out)
+/* Clears a request's answer and counts it as awaited. */
+static void sf_zkbatch_add(sf_zkbatch *b, sf_zkbatch_req *req)
 {
-    memset(out, 0, sizeof *out);
-    out->batch = b;
-    out->rc = ZOK;
+    req->rc = ZOK;
+    req->data[0] = '\0';
+    memset(&req->stat, 0, sizeof req->stat);
+    req->kids = (struct String_vector){0, NULL};
+    req->batch = b;
     pthread_mutex_lock(&b->mu);
     b->pending++;
     pthread_mutex_unlock(&b->mu);
 }
 
-/* A read that could not be queued: nothing will answer it. */
-static void sf_zkbatch_queued(sf_zkbatch *b, sf_zkbatch_read *out, int rc)
+/* A request the client refused to queue: it has its reason and no answer to wait for. */
+static void sf_zkbatch_queued(sf_zkbatch *b, sf_zkbatch_req *req, int rc)
 {
     if (rc == ZOK)
         return;
-    out->rc = rc;
+    req->rc = rc;
     pthread_mutex_lock(&b->mu);
     b->pending--;
     pthread_mutex_unlock(&b->mu);
 }
 
-void sf_zkbatch_get(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
-{
-    sf_zkbatch_add(b, out);
-    sf_zkbatch_queued(b, out, zoo_aget(zh, path, 0, sf_zkbatch_data_done, out));
-}
-
-void sf_zkbatch_exists(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
-{
-    sf_zkbatch_add(b, out);
-    sf_zkbatch_queued(b, out, zoo_aexists(zh, path, 0, sf_zkbatch_stat_done, out));
-}
-
-void sf_zkbatch_children(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out)
-{
-    sf_zkbatch_add(b, out);
-    sf_zkbatch_queued(b, out, zoo_aget_children2(zh, path, 0, sf_zkbatch_kids_done, out));
-}
-
-/* The path a sub-request names, for its copy. */
 static const char **sf_zkbatch_op_path(zoo_op_t *op)
 {
     switch (op->type) {
@@ -153,36 +137,50 @@ int sf_zkbatch_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_resu
 
 static void sf_zkbatch_multi_done(int rc, const void *data)
 {
-    sf_zkbatch_done((sf_zkbatch_read *)data, rc, NULL);
+    sf_zkbatch_done((sf_zkbatch_req *)data, rc, NULL);
 }
 
-void sf_zkbatch_multi(sf_zkbatch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
-                        zoo_op_result_t *results, sf_zkbatch_read *out)
+/* Queues one request on zh; the client's verdict on queueing it. */
+static int sf_zkbatch_queue(zhandle_t *zh, sf_zkbatch_req *q)
 {
-    sf_zkbatch_add(b, out);
-    sf_zkbatch_queued(b, out, sf_zkbatch_amulti(zh, count, ops, results, sf_zkbatch_multi_done,
-                                              out));
+    switch (q->kind) {
+    case SF_ZKBATCH_GET:
+        return zoo_aget(zh, q->path, 0, sf_zkbatch_data_done, q);
+    case SF_ZKBATCH_EXISTS:
+        return zoo_aexists(zh, q->path, 0, sf_zkbatch_stat_done, q);
+    case SF_ZKBATCH_CHILDREN:
+        return zoo_aget_children2(zh, q->path, 0, sf_zkbatch_kids_done, q);
+    case SF_ZKBATCH_MULTI:
+        return sf_zkbatch_amulti(zh, q->count, q->ops, q->results, sf_zkbatch_multi_done, q);
+    default:
+        return ZBADARGUMENTS;
+    }
 }
 
-void sf_zkbatch_wait(sf_zkbatch *b)
+void sf_zkbatch_send(zhandle_t *zh, sf_zkbatch_req *reqs, int n)
 {
-    pthread_mutex_lock(&b->mu);
-    while (b->pending > 0)
-        pthread_cond_wait(&b->cv, &b->mu);
-    pthread_mutex_unlock(&b->mu);
+    sf_zkbatch b = {.pending = 0};
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cv, NULL);
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].kind == SF_ZKBATCH_NONE)
+            continue;
+        sf_zkbatch_add(&b, &reqs[i]);
+        sf_zkbatch_queued(&b, &reqs[i], sf_zkbatch_queue(zh, &reqs[i]));
+    }
+    pthread_mutex_lock(&b.mu);
+    while (b.pending > 0)
+        pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    pthread_cond_destroy(&b.cv);
+    pthread_mutex_destroy(&b.mu);
 }
 
-void sf_zkbatch_read_free(sf_zkbatch_read *r)
+void sf_zkbatch_req_free(sf_zkbatch_req *req)
 {
-    for (int i = 0; i < r->kids.count; i++)
-        free(r->kids.data[i]);
-    free(r->kids.data);
-    r->kids.data = NULL;
-    r->kids.count = 0;
-}
-
-void sf_zkbatch_free(sf_zkbatch *b)
-{
-    pthread_cond_destroy(&b->cv);
-    pthread_mutex_destroy(&b->mu);
+    for (int i = 0; i < req->kids.count; i++)
+        free(req->kids.data[i]);
+    free(req->kids.data);
+    req->kids.data = NULL;
+    req->kids.count = 0;
 }

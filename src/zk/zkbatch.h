@@ -5,9 +5,9 @@
  * waits a few. Also the one way the registry sends a multi (sf_zkbatch_amulti). Used by the
  * registry and the peer checks, a module of its own: knows nothing of the registry.
  *
- * A batch lives on its caller's stack: init, queue reads, wait (every queued read has
- * completed after it, with its answer or the reason it has none: the client library
- * completes each request, also on a lost connection or a closing handle), free. */
+ * A caller describes its requests in an array (on its stack) and sends them with one call,
+ * which returns once every request has its answer or the reason it has none: the client
+ * library completes each request, also on a lost connection or a closing handle. */
 #ifndef SF_ZKBATCH_H
 #define SF_ZKBATCH_H
 
@@ -20,31 +20,38 @@
 
 #define SF_ZKBATCH_DATA_MAX 512
 
-typedef struct sf_zkbatch {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int pending;
-} sf_zkbatch;
-
 /* The most sub-requests of a multi (sf_zkbatch_amulti says why). */
 #define SF_ZKBATCH_MULTI_MAX 2
 
-/* One request's answer. */
-typedef struct sf_zkbatch_read {
-    sf_zkbatch *batch;
-    int rc;                               /* ZOK, or why there is no answer */
-    char data[SF_ZKBATCH_DATA_MAX];     /* get: the node's data, cut to fit, NUL-ended */
-    struct Stat stat;                     /* get, exists, children: the node's stat */
-    struct String_vector kids;            /* children: the names (sf_zkbatch_read_free frees) */
-} sf_zkbatch_read;
+typedef enum sf_zkbatch_kind {
+    SF_ZKBATCH_NONE = 0, /* no request: left as it is (a zeroed array's default) */
+    SF_ZKBATCH_GET,      /* the node's data and stat */
+    SF_ZKBATCH_EXISTS,   /* the node's stat */
+    SF_ZKBATCH_CHILDREN, /* the node's children's names and stat */
+    SF_ZKBATCH_MULTI,    /* a multi, sent by sf_zkbatch_amulti */
+} sf_zkbatch_kind;
 
-void sf_zkbatch_init(sf_zkbatch *b);
+/* One request and, once sent, its answer. */
+typedef struct sf_zkbatch_req {
+    sf_zkbatch_kind kind;
+    const char *path;          /* get, exists, children: copied when queued */
+    int count;                 /* multi: ops and results as for sf_zkbatch_amulti */
+    const zoo_op_t *ops;
+    zoo_op_result_t *results;
 
-/* Queue one read of path into out; out->rc holds the queueing error when it could not be
- * queued (nothing to wait for then). */
-void sf_zkbatch_get(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out);
-void sf_zkbatch_exists(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out);
-void sf_zkbatch_children(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkbatch_read *out);
+    int rc;                           /* ZOK, or why there is no answer */
+    char data[SF_ZKBATCH_DATA_MAX];   /* get: the node's data, cut to fit, NUL-ended */
+    struct Stat stat;                 /* get, exists, children: the node's stat */
+    struct String_vector kids;        /* children: the names (sf_zkbatch_req_free frees) */
+    struct sf_zkbatch *batch;         /* the send it is part of, while in flight */
+} sf_zkbatch_req;
+
+/* Queues every request of reqs[0..n-1] at once and returns when each has its answer (rc,
+ * and what its kind reads); a request that could not be queued holds the reason in rc. */
+void sf_zkbatch_send(zhandle_t *zh, sf_zkbatch_req *reqs, int n);
+
+/* Frees what a request's answer kept (children's names). */
+void sf_zkbatch_req_free(sf_zkbatch_req *req);
 
 /* Sends a multi (zoo_amulti) of at most two sub-requests, around the client's way with a
  * multi it refuses (3.8, upstream too): once a sub-request's path is refused (a handle in an
@@ -59,18 +66,6 @@ void sf_zkbatch_children(sf_zkbatch *b, zhandle_t *zh, const char *path, sf_zkba
  * chroot, putting it into its paths itself. ops as zoo_*_op_init makes them; results, stats
  * and buffers as for zoo_amulti. */
 int sf_zkbatch_amulti(zhandle_t *zh, int count, const zoo_op_t *ops, zoo_op_result_t *results,
-                  void_completion_t done, const void *data);
-
-/* A multi in the batch, sent by sf_zkbatch_amulti: out->rc holds its outcome once the batch was
- * waited for (or why it could not be sent). */
-void sf_zkbatch_multi(sf_zkbatch *b, zhandle_t *zh, int count, const zoo_op_t *ops,
-                        zoo_op_result_t *results, sf_zkbatch_read *out);
-
-/* Waits until every request queued so far has its answer. */
-void sf_zkbatch_wait(sf_zkbatch *b);
-
-/* Frees what the reads kept (children's names) and the batch. */
-void sf_zkbatch_read_free(sf_zkbatch_read *r);
-void sf_zkbatch_free(sf_zkbatch *b);
+                      void_completion_t done, const void *data);
 
 #endif /* SF_ZKBATCH_H */
