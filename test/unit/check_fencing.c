@@ -616,8 +616,12 @@ START_TEST(close_while_watches_fire)
         o.log = closing_log_message;
         o.log_ctx = &log;
         sf_registry *r = sf_registry_new(&o, err, sizeof err);
-        if (r != NULL && sf_registry_claim(r, &id, &floor, err, sizeof err) == 0)
-            claimed++;
+        /* ZooKeeper's failure (a request timed out on a loaded machine) is tried again,
+         * as snowflaked does: the close is what is tested, not the ensemble's pace. */
+        int rc = SF_REGISTRY_ZK_FAILED;
+        for (int try = 0; r != NULL && rc == SF_REGISTRY_ZK_FAILED && try < 5; try++)
+            rc = sf_registry_claim(r, &id, &floor, err, sizeof err);
+        claimed += rc == 0;
         sf_registry_close(r);
     }
     atomic_store(&c.stop, true);
