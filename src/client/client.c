@@ -23,18 +23,6 @@
  * told otherwise. */
 #define SFC_MAX_PREFETCH_BATCH 10000
 
-int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
-{
-    if (err != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 void sfc_options_init(sfc_options *o)
 {
     memset(o, 0, sizeof *o);

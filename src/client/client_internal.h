@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "client_error.h"
 #include "discover.h"
 #include "pool.h"
 #include "prefetch.h"
@@ -34,9 +35,5 @@ int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool 
  * that does not serve refuses, unlike get_timestamp. */
 sfc_outcome sfc_call_probe(void *ctx, sfc_conn *conn, const char *server, char *why,
                            size_t whylen);
-
-/* Fills err (if not NULL) with code and a formatted message; returns code. */
-int sfc_fail(sfc_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif
