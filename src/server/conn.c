@@ -105,7 +105,7 @@ static void sf_conn_enforce_budget(sf_thread *t)
     if (closed == 0)
         return;
     sf_bump(&t->stats.output_budget_closes, closed);
-    sf_server_log_limited(&t->server->budget_log, G_LOG_LEVEL_WARNING,
+    sf_ratelog_log(&t->server->budget_log, G_LOG_LEVEL_WARNING,
                           "replies waiting unsent passed max_output_buffer = %d bytes: closed "
                           "the %u slowest reader(s), freeing %zu bytes",
                           t->server->opts.max_output_buffer, closed, freed);
@@ -142,7 +142,7 @@ void sf_conn_adopt(sf_thread *t, int fd)
         t->conns->prev = c;
     t->conns = c;
     if (!sf_loop_add(&t->loop, &c->io, fd, &sf_conn_handlers, c)) {
-        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+        sf_ratelog_log(&t->server->watch_log, G_LOG_LEVEL_WARNING,
                               "cannot watch connection from %s: %s", c->peer, g_strerror(errno));
         sf_conn_close(t, c);
         return;
@@ -232,7 +232,7 @@ static ssize_t sf_conn_process(sf_thread *t, sf_conn *c, const uint8_t *buf, siz
                                              (size_t)s->opts.max_frame_size, room, &frames, &err);
     sf_bump(&t->stats.frames_processed, frames);
     if (used < 0) {
-        sf_server_log_limited(&t->server->bad_frame_log, G_LOG_LEVEL_MESSAGE,
+        sf_ratelog_log(&t->server->bad_frame_log, G_LOG_LEVEL_MESSAGE,
                               "closing connection from %s: %s", c->peer, err->message);
         g_clear_error(&err);
         sf_bump(&t->stats.frames_refused, 1);
@@ -354,7 +354,7 @@ bool sf_conn_serve(sf_thread *t, sf_conn *c, const uint8_t *got, size_t got_len,
         }
         if ((c->peer_closed || c->draining) && pending == 0) {
             if (c->peer_closed && c->in_len > 0) {
-                sf_server_log_limited(&t->server->cut_frame_log, G_LOG_LEVEL_MESSAGE,
+                sf_ratelog_log(&t->server->cut_frame_log, G_LOG_LEVEL_MESSAGE,
                                       "closing connection from %s: it closed in the middle "
                                       "of a frame (%zu bytes received)", c->peer, c->in_len);
                 sf_bump(&t->stats.frames_refused, 1);
@@ -409,7 +409,7 @@ static void sf_conn_on_failed(void *owner, void *ctx, sf_loop_failure why, int e
     sf_thread *t = owner;
     sf_conn *c = ctx;
     if (why == SF_LOOP_WANT_FAILED)
-        sf_server_log_limited(&t->server->watch_log, G_LOG_LEVEL_WARNING,
+        sf_ratelog_log(&t->server->watch_log, G_LOG_LEVEL_WARNING,
                               "cannot watch connection from %s: %s: %s", c->peer,
                               sf_loop_backend(&t->loop), g_strerror(err));
     else if (why == SF_LOOP_RECV_FAILED)

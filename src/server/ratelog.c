@@ -4,6 +4,7 @@
 #include "ratelog.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -35,4 +36,19 @@ void sf_ratelog_note(uint64_t n, char *buf, unsigned long size)
         snprintf(buf, size, "%s", "");
     else
         snprintf(buf, size, " (%" PRIu64 " similar line%s suppressed)", n, n == 1 ? "" : "s");
+}
+
+void sf_ratelog_log(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+{
+    uint64_t suppressed;
+    if (!sf_ratelog_allow(rl, SF_RATELOG_INTERVAL_MS, &suppressed))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    char note[64];
+    sf_ratelog_note(suppressed, note, sizeof note);
+    g_log(NULL, level, "%s%s", msg, note);
+    g_free(msg);
 }

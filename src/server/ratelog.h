@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <glib.h>
+
 /* One per kind of line; zero-initialised (static, or memset) is ready to use. */
 typedef struct sf_ratelog {
     atomic_int_fast64_t last_ms;      /* when a line last went through; 0 = never */
@@ -25,5 +27,10 @@ bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed)
 /* Writes " (N similar lines suppressed)" into buf (or "" when n is 0), for appending to
  * the line that goes through. */
 void sf_ratelog_note(uint64_t n, char *buf, unsigned long size);
+
+/* Logs a line (g_log at level) through rl at SF_RATELOG_INTERVAL_MS: at most one line of
+ * its kind a second, the next one saying how many were held back. */
+void sf_ratelog_log(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
 
 #endif /* SF_RATELOG_H */

@@ -1,12 +1,15 @@
 /* server_internal.h -- what the server's files share and nothing outside src/server/ sees:
  * the server, its threads and their connections, and the calls between the parts:
- *   server.c       start and stop: binding, descriptor limits, threads, statistics;
+ *   server.c       start and stop: descriptor limits, threads, statistics;
  *   thread.c       a thread's loop: accepting and its back-off, timeouts, drain, taking
  *                  the port back;
  *   conn.c         a connection: its buffers and limits (the output budget among them),
- *                  reading, answering and sending, and the handlers its loop calls.
- * Below them, and knowing none of them, the loop (loop.h, with two backends: loop_epoll.c
- * and loop_uring.c) calls the handlers it was given. The public interface is server.h. */
+ *                  reading, answering and sending, and the handlers its loop calls;
+ *   listen.c       below the three: the port bound, the listening state published, the
+ *                  error domain.
+ * Below them, and knowing none of them, the loop (loop.h: its core loop.c, with two
+ * backends, loop_epoll.c and loop_uring.c) calls the handlers it was given, and ratelog.h
+ * keeps repeating lines to one a second. The public interface is server.h. */
 #ifndef SF_SERVER_INTERNAL_H
 #define SF_SERVER_INTERNAL_H
 
@@ -137,10 +140,9 @@ static inline size_t sf_conn_pending(const sf_conn *c)
     return c->out_len - c->out_off;
 }
 
-/* server.c */
+/* listen.c: thread 0 publishes its listening state; a socket bound to the server's address
+ * and port, not listening yet (-1 with error set when it cannot be). */
 void sf_server_note_listening(sf_server *s, bool listening);
-void sf_server_log_limited(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
-    G_GNUC_PRINTF(3, 4);
 int sf_server_bind(sf_server *s, GError **error);
 
 /* thread.c */

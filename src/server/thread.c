@@ -20,7 +20,7 @@ static void sf_server_log_refusal(sf_thread *t)
 {
     sf_server *s = t->server;
     uint64_t total = atomic_fetch_add(&t->stats.connections_refused, 1) + 1;
-    sf_server_log_limited(&s->refusal_log, G_LOG_LEVEL_WARNING,
+    sf_ratelog_log(&s->refusal_log, G_LOG_LEVEL_WARNING,
                           "refusing connection: %d connections open (max_connections); "
                           "%" G_GUINT64_FORMAT " refused so far",
                           s->opts.max_connections, total);
@@ -33,7 +33,7 @@ static void sf_server_log_refusal(sf_thread *t)
 static void sf_thread_accept_exhausted(sf_thread *t, int err)
 {
     sf_server *s = t->server;
-    sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+    sf_ratelog_log(&s->accept_log, G_LOG_LEVEL_WARNING,
                           "accept on port %d failed: %s; %d connections open; not accepting "
                           "for %d ms (raise `ulimit -n` or lower max_connections)",
                           s->port, g_strerror(err), atomic_load(&s->open_connections),
@@ -82,7 +82,7 @@ static void sf_thread_accept(void *owner)
             if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS)
                 sf_thread_accept_exhausted(t, err);
             else if (err != EAGAIN && err != EWOULDBLOCK)
-                sf_server_log_limited(&s->accept_log, G_LOG_LEVEL_WARNING,
+                sf_ratelog_log(&s->accept_log, G_LOG_LEVEL_WARNING,
                                       "accept on port %d failed: %s", s->port, g_strerror(err));
             return;
         }
@@ -145,14 +145,14 @@ static void sf_thread_check_timeouts(sf_thread *t, int64_t now)
         bool held_back = (c->out_len - c->out_off) >= SF_OUT_HIGH_WATER;
         if (c->in_len > 0 && c->frame_start_ms > 0 && !held_back &&
             now - c->frame_start_ms >= o->frame_timeout_ms) {
-            sf_server_log_limited(&t->server->frame_timeout_log, G_LOG_LEVEL_MESSAGE,
+            sf_ratelog_log(&t->server->frame_timeout_log, G_LOG_LEVEL_MESSAGE,
                                   "closing connection from %s: a frame stayed incomplete for "
                                   "%d ms (frame_timeout_ms; %zu bytes received)",
                                   c->peer, o->frame_timeout_ms, c->in_len);
             sf_bump(&t->stats.frame_timeouts, 1);
             sf_conn_close(t, c);
         } else if (c->out_since_ms > 0 && now - c->out_since_ms >= o->write_timeout_ms) {
-            sf_server_log_limited(&t->server->write_timeout_log, G_LOG_LEVEL_MESSAGE,
+            sf_ratelog_log(&t->server->write_timeout_log, G_LOG_LEVEL_MESSAGE,
                                   "closing connection from %s: %zu bytes of replies waited "
                                   "unsent for %d ms (write_timeout_ms): it reads too slowly",
                                   c->peer, sf_conn_pending(c), o->write_timeout_ms);

@@ -26,6 +26,7 @@ LAYERS = {
 # up even through a prototype of its own. The server's event loop calls the handlers it is
 # given, as Redis's ae.c does: it never names the connections or threads it serves.
 BELOW = {
+    "server/ratelog": {"common/clocks"},
     "server/uring": set(),
     "server/loop": {"server/uring"},
     "server/loop_epoll": {"server/loop"},
