@@ -111,9 +111,10 @@ static int sf_reg_peers_visit(const sf_registry_peers *p, bool warn, sf_reg_peer
         return -1;
     }
     for (int id = 0; id <= SF_MAX_WORKER_ID; id++) {
+        if (!present[id])
+            continue;
         snprintf(paths[id], sizeof paths[id], "%s/%d", p->worker_id_path, id);
-        if (present[id])
-            reads[id] = (sf_zkbatch_req){.kind = SF_ZKBATCH_GET, .path = paths[id]};
+        reads[id] = (sf_zkbatch_req){.kind = SF_ZKBATCH_GET, .path = paths[id]};
     }
     sf_zkbatch_send(p->zh, reads, SF_MAX_WORKER_ID + 1);
     int result = 0;
