@@ -1,6 +1,8 @@
 /* admin_internal.h -- what the admin endpoint's files share and nothing else sees: the
- * snapshot of figures a request renders (admin.c gathers it, admin_prom.c renders /metrics,
- * admin_state.c /state.json). */
+ * snapshot of figures a request renders (admin_snapshot.c), its renderers (admin_render.c:
+ * /stats.json and /stats.txt; admin_prom.c: /metrics; admin_state.c: /state.json) and, above
+ * them, the HTTP side (admin.c), which gathers a snapshot per request and answers with one
+ * rendering of it. Calls go one way: HTTP to renderers to the snapshot. */
 #ifndef SF_ADMIN_INTERNAL_H
 #define SF_ADMIN_INTERNAL_H
 
@@ -52,19 +54,30 @@ struct sf_admin_snapshot {
     sf_admin_state state; /* its strings our own copies */
 };
 
+/* ---- admin_snapshot.c */
+
+/* An empty snapshot (serving until told otherwise), and its end. */
+sf_admin_snapshot *sf_admin_snapshot_new(void);
+void sf_admin_snapshot_free(sf_admin_snapshot *snap);
+
 /* Writes a histogram's cumulative buckets, each as row(out, le or NULL for +Inf, count). */
 void sf_admin_histogram_rows(GString *out, const sf_admin_histogram *h,
                              void (*row)(GString *out, const sf_admin_histogram *h,
                                          const int64_t *le, uint64_t cumulative));
 
-/* Appends s as a JSON string literal. */
+/* Appends name="value" pairs (ending in NULL) as {a="b",...} with the values escaped, as
+ * Prometheus writes labels. */
+void sf_admin_prom_labels(GString *out, const char *const *labels);
+
+/* ---- the renderers: each returns the body, newly allocated. */
+
+/* admin_render.c: /stats.json and /stats.txt in the original's shapes; a JSON string. */
+char *sf_admin_render_json(const sf_admin_snapshot *snap);
+char *sf_admin_render_text(const sf_admin_snapshot *snap);
 void sf_admin_json_string(GString *out, const char *s);
 
 /* /metrics in the Prometheus text format (admin_prom.c). */
 char *sf_admin_render_prometheus(const sf_admin_snapshot *snap);
-
-/* Appends name="value" pairs (ending in NULL) as {a="b",...} with the values escaped. */
-void sf_admin_prom_labels(GString *out, const char *const *labels);
 
 /* /state.json (admin_state.c): the node, the state and its reason, since when, the session,
  * the worker ids left and whether that count is current, the clock skew; now_ms the node's

@@ -27,32 +27,6 @@ static void sf_admin_prom_value(GString *out, int64_t v, gboolean ms)
                                (int)(v < 0 ? -(v % 1000) : v % 1000));
 }
 
-/* Appends a Prometheus label value with \, " and newline escaped. */
-static void sf_admin_prom_label(GString *out, const char *s)
-{
-    for (const char *p = s; *p; p++) {
-        if (*p == '\\' || *p == '"')
-            g_string_append_printf(out, "\\%c", *p);
-        else if (*p == '\n')
-            g_string_append(out, "\\n");
-        else
-            g_string_append_c(out, *p);
-    }
-}
-
-void sf_admin_prom_labels(GString *out, const char *const *labels)
-{
-    if (labels == NULL || labels[0] == NULL)
-        return;
-    g_string_append_c(out, '{');
-    for (size_t i = 0; labels[i] != NULL && labels[i + 1] != NULL; i += 2) {
-        g_string_append_printf(out, "%s%s=\"", i ? "," : "", labels[i]);
-        sf_admin_prom_label(out, labels[i + 1]);
-        g_string_append_c(out, '"');
-    }
-    g_string_append_c(out, '}');
-}
-
 /* The counters and gauges of /stats.json too. */
 static void sf_admin_prom_items(GString *out, const sf_admin_snapshot *snap)
 {
