@@ -269,10 +269,10 @@ sfc_outcome sfc_call_probe(void *ctx, sfc_conn *conn, const char *server, char *
     return sfc_try(conn, server, &r, why, whylen);
 }
 
-int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,
-                 sfc_call *call, sfc_error *err)
+int sfc_call_ids(sfc_client *c, const char *agent, int64_t *ids, int count, int64_t deadline,
+                 bool counted, sfc_call *call, sfc_error *err)
 {
-    sfc_request r = {.agent = c->agent, .count = count, .ids = ids,
+    sfc_request r = {.agent = agent, .count = count, .ids = ids,
                      .method = count == 0 ? "get_id" : "get_ids"};
     int rc = sfc_run(c, &r, deadline, call, err);
     if (counted && rc == SFC_OK) {

@@ -22,6 +22,8 @@
 /* The nodes' default max_batch_size: a refill asks no more than a node accepts unless
  * told otherwise. */
 #define SFC_MAX_PREFETCH_BATCH 10000
+/* The refusal of an agent outside the original's grammar, as an option or a call's. */
+#define SFC_BAD_AGENT "agent '%s' is not valid: a letter, then letters, digits and '-'"
 
 void sfc_options_init(sfc_options *o)
 {
@@ -78,8 +80,7 @@ static bool sfc_check_options(const sfc_options *o, sfc_error *err)
         return false;
     }
     if (o->agent == NULL || !sf_useragent_valid(o->agent)) {
-        sfc_fail(err, SFC_ERR_ARG, "agent '%s' is not valid: a letter, then letters, digits "
-                 "and '-'", o->agent != NULL ? o->agent : "(null)");
+        sfc_fail(err, SFC_ERR_ARG, SFC_BAD_AGENT, o->agent != NULL ? o->agent : "(null)");
         return false;
     }
     bool in_range =
@@ -156,7 +157,8 @@ static void sfc_on_why(void *ctx, const char *why)
 static int sfc_fetch(void *ctx, int64_t *ids, int count, sfc_error *err)
 {
     sfc_client *c = ctx;
-    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, false, NULL, err);
+    return sfc_call_ids(c, c->agent, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, false,
+                        NULL, err);
 }
 
 sfc_client *sfc_open(const sfc_options *o, sfc_error *err)
@@ -235,12 +237,28 @@ fail_strings:
     return NULL;
 }
 
-int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
+/* The agent of a call: the client's when NULL; false with err naming one not in the
+ * original's grammar. */
+static bool sfc_call_agent(sfc_client *c, const char **agent, sfc_error *err)
+{
+    if (*agent == NULL)
+        *agent = c->agent;
+    if (sf_useragent_valid(*agent))
+        return true;
+    sfc_fail(err, SFC_ERR_ARG, SFC_BAD_AGENT, *agent);
+    return false;
+}
+
+int sfc_next_id_as(sfc_client *c, const char *agent, int64_t *id, sfc_call *call,
+                   sfc_error *err)
 {
     if (c == NULL || id == NULL)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
+    if (!sfc_call_agent(c, &agent, err))
+        return SFC_ERR_ARG;
     int64_t deadline = sf_clocks_mono_ms() + c->o.timeout_ms;
-    if (c->prefetch != NULL && sfc_prefetch_take(c->prefetch, id)) {
+    if (c->prefetch != NULL && strcmp(agent, c->agent) == 0 &&
+        sfc_prefetch_take(c->prefetch, id)) {
         if (call != NULL) {
             call->server[0] = '\0';
             call->tries = call->failovers = 0;
@@ -251,17 +269,31 @@ int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
     }
     /* Nothing young enough in the buffer: the call asks the nodes itself, as an unbuffered
      * one does, until its own deadline; how the refill fares is no answer to it. */
-    return sfc_call_ids(c, id, 0, deadline, true, call, err);
+    return sfc_call_ids(c, agent, id, 0, deadline, true, call, err);
 }
 
-int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_error *err)
+int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
+{
+    return sfc_next_id_as(c, NULL, id, call, err);
+}
+
+int sfc_next_ids_as(sfc_client *c, const char *agent, int64_t *ids, int count, sfc_call *call,
+                    sfc_error *err)
 {
     if (c == NULL || ids == NULL)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_ids: the client and ids must be given");
     if (count < 1 || count > SFC_MAX_IDS)
         return sfc_fail(err, SFC_ERR_ARG, "sfc_next_ids: count %d is out of range: allowed "
                         "1..%d", count, SFC_MAX_IDS);
-    return sfc_call_ids(c, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, true, call, err);
+    if (!sfc_call_agent(c, &agent, err))
+        return SFC_ERR_ARG;
+    return sfc_call_ids(c, agent, ids, count, sf_clocks_mono_ms() + c->o.timeout_ms, true, call,
+                        err);
+}
+
+int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_error *err)
+{
+    return sfc_next_ids_as(c, NULL, ids, count, call, err);
 }
 
 void sfc_get_stats(sfc_client *c, sfc_stats *s)

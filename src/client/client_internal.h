@@ -25,11 +25,11 @@ struct sfc_client {
     atomic_uint_fast64_t calls, ids, failovers, errors;
 };
 
-/* Asks a node for count ids (get_id when count is 0, one id) with failover until deadline
- * (CLOCK_MONOTONIC ms). ids has room for max(count, 1). A counted call is the caller's:
- * its ids or its error go into the totals (the prefetch thread's fetches do not). */
-int sfc_call_ids(sfc_client *c, int64_t *ids, int count, int64_t deadline, bool counted,
-                 sfc_call *call, sfc_error *err);
+/* Asks a node for count ids (get_id when count is 0, one id) under agent with failover until
+ * deadline (CLOCK_MONOTONIC ms). ids has room for max(count, 1). A counted call is the
+ * caller's: its ids or its error go into the totals (the prefetch thread's fetches do not). */
+int sfc_call_ids(sfc_client *c, const char *agent, int64_t *ids, int count, int64_t deadline,
+                 bool counted, sfc_call *call, sfc_error *err);
 
 /* The prober's check of a node (an sfc_probe_fn, ctx the client): get_id, which a node
  * that does not serve refuses, unlike get_timestamp. */

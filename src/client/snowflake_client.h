@@ -128,6 +128,16 @@ int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err);
  * from one node, asked with get_ids; never from the prefetch buffer. */
 int sfc_next_ids(sfc_client *c, int64_t *ids, int count, sfc_call *call, sfc_error *err);
 
+/* sfc_next_id and sfc_next_ids under the user agent of this call instead of the client's
+ * (NULL: the client's), for a program that tells its callers apart in the nodes' per-agent
+ * counts and audit log. The agent is checked as the option is (SFC_ERR_ARG naming it); an
+ * agent other than the client's is never served from the prefetch buffer, whose ids were
+ * asked for under the client's. */
+int sfc_next_id_as(sfc_client *c, const char *agent, int64_t *id, sfc_call *call,
+                   sfc_error *err);
+int sfc_next_ids_as(sfc_client *c, const char *agent, int64_t *ids, int count, sfc_call *call,
+                    sfc_error *err);
+
 /* What a node says of itself: asked of one serving node, with failover. */
 typedef struct sfc_node_info {
     char server[SFC_SERVER_MAX];

@@ -8,6 +8,7 @@ whose name does not resolve in time, the options sfc_open refuses, and the CLI's
 --zookeeper and watch. Every process is stopped however the test ends."""
 import array
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -614,6 +615,43 @@ def a_call_takes_the_pool_lock_twice():
         b.stop()
 
 
+def a_call_under_its_own_agent():
+    """sfc_next_id_as and sfc_next_ids_as: the node counts each call under the agent it was
+    made under; a bad agent is refused by name without asking a node; a call under another
+    agent than the client's never takes prefetched ids."""
+    srv = Server([], admin=True, worker_id=22, datacenter_id=3).start()
+    try:
+        def count(agent):
+            status, body = srv.http("/stats.json")
+            assert status == 200, body
+            return json.loads(body)["counters"].get("ids_generated_" + agent, 0)
+        with Drive("--servers", hostport(srv), "--timeout-ms", str(CALL_MS)) as d:
+            assert d.ask("agent web") == "agent web"
+            one = d.ask("id")
+            assert one.startswith("ok "), one
+            assert d.ask("ids 7").startswith("ok 7 ")
+            assert d.ask("agent -") == "agent -"
+            assert d.ask("id").startswith("ok ")
+            assert count("web") == 8 and count("snowflake-client") == 1, (
+                count("web"), count("snowflake-client"))
+            d.ask("agent 9bad")
+            words = d.ask("id").split()
+            assert words[:2] == ["error", "-1"] and "'9bad'" in " ".join(words), words
+            assert count("9bad") == 0
+            d.close()
+        with Drive("--servers", hostport(srv), "--timeout-ms", str(CALL_MS), "--prefetch", "100",
+                   "--batch", "50") as d:
+            wait_until(lambda: d.ask("id").split()[2] == "server=", sftest.PATIENCE,
+                       "an id from the prefetch buffer")
+            d.ask("agent other")
+            words = d.ask("id").split()
+            assert words[0] == "ok" and words[2] == "server=" + hostport(srv), words
+            assert count("other") == 1
+            d.close()
+    finally:
+        srv.stop()
+
+
 def open_refuses_unclear_options():
     """sfc_open names the option at fault: an empty server list, a ZooKeeper host with no port
     or that does not resolve, and a prefetch batch past what the nodes accept."""
@@ -649,6 +687,7 @@ def main():
     r.run(fenced_node_backs_off_doubling)
     r.run(every_node_back_after_a_total_outage)
     r.run(open_refuses_unclear_options)
+    r.run(a_call_under_its_own_agent)
     r.run(a_call_takes_the_pool_lock_twice)
     r.finish()
 

@@ -12,6 +12,8 @@
  *                 locks calls=N ok=K taken=T first_try=F most=M   (T: the pool's lock
  *                 taken by those calls; M: the most one call that succeeded at its first
  *                 try took, F of them)
+ *   agent A       agent A    (id and ids go out under agent A from now on, through
+ *                 sfc_next_id_as and sfc_next_ids_as; `agent -`: the client's again)
  *   servers       servers N up=U NAME:up|NAME:down:FAILURES,...   (in the client's order)
  *   run S         calls sfc_next_id for S seconds on each of --threads threads (default 1)
  *                 and answers
@@ -240,7 +242,8 @@ int main(int argc, char **argv)
     }
     printf("ready\n");
     fflush(stdout);
-    char line[256];
+    char line[256], agent_buf[256];
+    const char *agent = NULL; /* the client's */
     while (fgets(line, sizeof line, stdin) != NULL) {
         line[strcspn(line, "\r\n")] = '\0';
         int64_t started = sf_clocks_mono_ms();
@@ -249,7 +252,7 @@ int main(int argc, char **argv)
             break;
         if (strcmp(line, "id") == 0) {
             int64_t id;
-            if (sfc_next_id(c, &id, &call, &err) == SFC_OK)
+            if (sfc_next_id_as(c, agent, &id, &call, &err) == SFC_OK)
                 printf("ok %" PRId64 " server=%s tries=%d failovers=%d ms=%" PRId64 "\n", id,
                        call.server, call.tries, call.failovers, sf_clocks_mono_ms() - started);
             else
@@ -258,7 +261,7 @@ int main(int argc, char **argv)
         } else if (strncmp(line, "ids ", 4) == 0) {
             int count = atoi(line + 4);
             int64_t *ids = malloc((size_t)(count > 0 ? count : 1) * sizeof *ids);
-            if (ids != NULL && sfc_next_ids(c, ids, count, &call, &err) == SFC_OK)
+            if (ids != NULL && sfc_next_ids_as(c, agent, ids, count, &call, &err) == SFC_OK)
                 printf("ok %d %" PRId64 " %" PRId64 " server=%s ms=%" PRId64 "\n", count, ids[0],
                        ids[count - 1], call.server, sf_clocks_mono_ms() - started);
             else
@@ -269,6 +272,10 @@ int main(int argc, char **argv)
         } else if (strncmp(line, "locks ", 6) == 0) {
             drive_locks(c, atoi(line + 6));
 #endif
+        } else if (strncmp(line, "agent ", 6) == 0) {
+            snprintf(agent_buf, sizeof agent_buf, "%s", line + 6);
+            agent = strcmp(agent_buf, "-") == 0 ? NULL : agent_buf;
+            printf("agent %s\n", agent_buf);
         } else if (strcmp(line, "servers") == 0) {
             drive_servers(c);
         } else if (strncmp(line, "run ", 4) == 0) {
