@@ -24,6 +24,7 @@ MODULES = {
     "libsnowflake-client": ["src/client/*.c"],
     "the Thrift clients": ["src/rpc/*.c"],
     "the command-line tool": ["src/cli/*.c"],
+    "the Python module": ["src/python/*.c"],
     "libsnowflake": ["src/lib/*.c"],
     "the shared pieces": ["src/common/*.c"],
 }
