@@ -214,7 +214,9 @@ int sfz_options_check(const sfz_options *opts, sfz_error *err);
  * client kept trying comes up. It logs once per try (a warning naming the failure, the try
  * and when the next comes) and tells on_state "starting: ..." the same; sfz_get_health
  * counts the tries. When the time is up it fails with SFZ_ERR_UNREACHABLE (ZooKeeper) or
- * SFZ_ERR_CLAIM (ids taken, a check), saying how often and how long it tried.
+ * SFZ_ERR_CLAIM (ids taken, a check), saying how often and how long it tried. A try under
+ * way then ends first: one that waits for ZooKeeper to answer waits the longer of 5 s and
+ * session_timeout_ms, so a start_timeout_ms below that is overrun by up to the difference.
  * What cannot pass fails at once with SFZ_ERR_CLAIM: a refused credential, an epoch other
  * than the one recorded for the path, a peer that reports another datacenter or worker id.
  * Blocks until then; sfz_cancel from another thread makes it fail with SFZ_ERR_STOPPED.
