@@ -7,7 +7,8 @@ Retry-After while fenced and 200 again after), HEAD, the figures on the admin en
 unique across the Thrift and HTTP ports under concurrent load (standalone and registered
 in ZooKeeper), and the limits: connections over the maximum, a slow sender, an idle
 connection, an oversized request line and header block, keep-alive off, a request with a
-body, and the budget of unsent answers. Every process is stopped however the test ends."""
+body, the budget of unsent answers, and descriptors: too few at start, and running out.
+Every process is stopped however the test ends."""
 import http.client
 import json
 import re
@@ -19,6 +20,8 @@ import urllib.request
 
 import sftest
 from sftest import Server, closed_by_peer, decode, wait_until
+from test_limits import (assert_quiet_while, close_all, open_many, raise_own_nofile,
+                         soft_nofile)
 
 WORKER, DATACENTER = 6, 5
 ID_JSON = re.compile(r'\{"id":"(\d+)"\}\n')
@@ -31,7 +34,8 @@ class HttpNode(Server):
     has logged that the HTTP port is open and, registered, that it serves. Use as a context
     manager, or start() and stop()."""
 
-    def __init__(self, extra=(), env=None, zookeeper=None, worker_id=WORKER, session_ms=None):
+    def __init__(self, extra=(), env=None, zookeeper=None, worker_id=WORKER, session_ms=None,
+                 prefix=()):
         self.http_port = sftest.free_port()
         args = ["--http-port", str(self.http_port), "--set", "http.bind_address=127.0.0.1"]
         if zookeeper is not None:
@@ -41,7 +45,8 @@ class HttpNode(Server):
                      % (session_ms or sftest.STEADY_SESSION_MS)]
         self.registered = zookeeper is not None
         super().__init__(args + list(extra), env=env, admin=True, worker_id=worker_id,
-                         datacenter_id=DATACENTER, wait_serving=not self.registered)
+                         datacenter_id=DATACENTER, wait_serving=not self.registered,
+                         prefix=prefix)
 
     def start(self, timeout=sftest.PATIENCE):
         super().start(timeout)
@@ -491,6 +496,31 @@ def unsent_answers_budget():
                    "served again")
 
 
+def descriptors_fitted_and_run_out():
+    """Under `ulimit -n 256` [http] max_connections is lowered to what fits, logged once; and
+    with the running node's limit lowered further, so that accept() runs out of
+    descriptors, the listener rests instead of spinning, says so at most about once a
+    second, and serves again once the limit is back."""
+    raise_own_nofile(2000)
+    with HttpNode(prefix=["prlimit", "--nofile=256:256", "--"]) as srv:
+        m = srv.wait_for(r"\[http\] max_connections = 16384 does not fit the open-file limit "
+                         r"of 256 .* serves at most (\d+) connections")
+        assert stats(srv)[1]["http_max_connections"] == int(m.group(1)) == 156, m.group(0)
+    with HttpNode() as srv:
+        pid, soft = str(srv.proc.pid), soft_nofile(srv.proc.pid)
+        subprocess.run(["prlimit", "--pid", pid, "--nofile=64:"], check=True)
+        socks = open_many(srv.http_port, 200)
+        try:
+            assert_quiet_while(srv, 3.0, 0.5, 10)
+            srv.wait_for(r"accept on HTTP ids port \d+ failed: Too many open files; \d+ "
+                         r"connections open; not accepting for 100 ms")
+        finally:
+            close_all(socks)
+        subprocess.run(["prlimit", "--pid", pid, "--nofile=%d:" % soft], check=True)
+        wait_until(lambda: request(srv, "/id", timeout=5)[0] == 200, sftest.PATIENCE,
+                   "served again")
+
+
 # ---- registered in ZooKeeper ---------------------------------------------------------
 
 def fenced_503_then_200():
@@ -543,7 +573,8 @@ def main():
             r.run(check, srv)
     for check in (unique_across_ports_standalone, connections_over_the_maximum,
                   slow_sender_and_idle_connection, oversized_requests,
-                  keep_alive_off_and_a_body, unsent_answers_budget):
+                  keep_alive_off_and_a_body, unsent_answers_budget,
+                  descriptors_fitted_and_run_out):
         r.run(check)
     sftest.require_zookeeper_client()
     ZK.start()
