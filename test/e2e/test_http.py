@@ -504,8 +504,10 @@ def descriptors_fitted_and_run_out():
     raise_own_nofile(2000)
     with HttpNode(prefix=["prlimit", "--nofile=256:256", "--"]) as srv:
         m = srv.wait_for(r"\[http\] max_connections = 16384 does not fit the open-file limit "
-                         r"of 256 .* serves at most (\d+) connections")
-        assert stats(srv)[1]["http_max_connections"] == int(m.group(1)) == 156, m.group(0)
+                         r"of (\d+) less (\d+) kept .* serves at most (\d+) connections")
+        limit, kept, fit = (int(g) for g in m.groups())
+        assert limit <= 256 and fit == limit - kept, m.group(0)  # valgrind keeps a few
+        assert stats(srv)[1]["http_max_connections"] == fit, stats(srv)[1]
     with HttpNode() as srv:
         pid, soft = str(srv.proc.pid), soft_nofile(srv.proc.pid)
         subprocess.run(["prlimit", "--pid", pid, "--nofile=64:"], check=True)
