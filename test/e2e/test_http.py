@@ -3,9 +3,9 @@
 Python's http.client on one kept-alive connection, pipelined requests on a raw socket, and a
 Leaf-style caller (a plain GET of /api/snowflake/get/KEY whose body is read as a number).
 The JSON and text shapes, every error status with its message (400, 404, 405, 503 with
-Retry-After while fenced and 200 again after), HEAD, the figures on the admin endpoint, ids
-unique across the Thrift and HTTP ports under concurrent load (standalone and registered
-in ZooKeeper), and the limits: connections over the maximum, a slow sender, an idle
+Retry-After while fenced and 200 again after, and while the clock is behind), HEAD, the
+figures on the admin endpoint, ids unique across the Thrift and HTTP ports under
+concurrent load (standalone and registered in ZooKeeper), and the limits: connections over the maximum, a slow sender, an idle
 connection, an oversized request line and header block, keep-alive off, a request with a
 body, the budget of unsent answers, and descriptors: too few at start, and running out.
 Every process is stopped however the test ends."""
@@ -20,6 +20,7 @@ import urllib.request
 
 import sftest
 from sftest import Server, closed_by_peer, decode, wait_until
+from test_clock import FakeClock, require_faketime
 from test_limits import (assert_quiet_while, close_all, open_many, raise_own_nofile,
                          soft_nofile)
 
@@ -523,6 +524,28 @@ def descriptors_fitted_and_run_out():
                    "served again")
 
 
+def clock_backwards_is_503():
+    """The clock stepped back (libfaketime): /id, /ids and Leaf's path answer 503
+    invalid_system_clock with Retry-After and the generator's words; stepped forward again,
+    ids come again, still increasing."""
+    require_faketime()
+    clock = FakeClock()
+    try:
+        with HttpNode(env=clock.env()) as srv:
+            before = int(json.loads(request(srv, "/id")[2])["id"])
+            clock.set("-5s")
+            for path in ("/id", "/ids?count=3&format=text", "/api/snowflake/get/clock"):
+                got = request(srv, path)
+                assert_error(got, 503, "invalid_system_clock", "Clock moved backwards")
+                assert got[1]["retry-after"] == "1", got[1]
+            assert stats(srv)[0]["clock_errors"] >= 3
+            clock.set("+0")
+            after = int(json.loads(request(srv, "/id")[2])["id"])
+            assert after > before, (before, after)
+    finally:
+        clock.remove()
+
+
 # ---- registered in ZooKeeper ---------------------------------------------------------
 
 def fenced_503_then_200():
@@ -576,7 +599,7 @@ def main():
     for check in (unique_across_ports_standalone, connections_over_the_maximum,
                   slow_sender_and_idle_connection, oversized_requests,
                   keep_alive_off_and_a_body, unsent_answers_budget,
-                  descriptors_fitted_and_run_out):
+                  descriptors_fitted_and_run_out, clock_backwards_is_503):
         r.run(check)
     sftest.require_zookeeper_client()
     ZK.start()
