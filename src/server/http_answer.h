@@ -59,9 +59,9 @@ typedef struct sf_http_answer {
 } sf_http_answer;
 
 /* Answers req: routes it, checks its parameters, makes its ids through h (a HEAD makes none:
- * it gets the status and headers a GET would, from sf_handler_check_call) and writes the
- * body, charging its length to budget (NULL: no budget). Errors are JSON,
- * {"error":"...","reason":"..."}. Never fails: out of memory, GLib aborts. */
+ * it gets the status and content type a GET would, from sf_handler_check_call, and an empty
+ * body) and writes the body, charging its length to budget (NULL: no budget). Errors are
+ * JSON, {"error":"...","reason":"..."}. Never fails: out of memory, GLib aborts. */
 void sf_http_answer_make(SfHandler *h, const sf_http_request *req, sf_http_budget *budget,
                          sf_http_answer *out);
 
