@@ -46,6 +46,7 @@ typedef struct sf_key {
 #define SF_HANDLER_KEY(name, field) SF_MODULE_KEY("snowflake", name, handler, HANDLER, field)
 #define SF_REGISTRY_KEY(name, field) SF_MODULE_KEY("zookeeper", name, registry, REGISTRY, field)
 #define SF_AUDIT_KEY(name, field) SF_MODULE_KEY("audit", name, audit, AUDIT, field)
+#define SF_HTTP_KEY(field, lo, hi, dflt) SF_MODULE_KEY("http", #field, http, HTTP, field),
 
 /* Every key the file may hold. Names the original had keep its spelling. */
 static const sf_key sf_keys[] = {
@@ -85,6 +86,9 @@ static const sf_key sf_keys[] = {
     SF_REGISTRY_KEY("claim_retry_wait_ms", claim_retry_wait_ms),
     SF_REGISTRY_KEY("state_interval_ms", state_interval_ms),
     SF_REGISTRY_KEY("max_peer_skew_ms", max_peer_skew_ms),
+    SF_HTTP_INT_OPTIONS(SF_HTTP_KEY)
+    { "http", "bind_address", SF_KEY_ADDRESS, SF_FIELD(http.bind_address), 0, 0 },
+    { "http", "keep_alive", SF_KEY_BOOL, SF_FIELD(http.keep_alive), 0, 1 },
     { "admin", "http_port", SF_KEY_INT, SF_FIELD(admin_port), 0, 65535 },
     { "admin", "bind_address", SF_KEY_ADDRESS, SF_FIELD(admin_bind_address), 0, 0 },
     { "audit", "sink", SF_KEY_STRING, SF_FIELD(audit_sink), 0, 0 },
@@ -115,6 +119,8 @@ void sf_config_init(sf_config *cfg)
     cfg->registry.hosts = g_strdup(""); /* standalone */
     cfg->registry.worker_id_path = g_strdup(cfg->registry.worker_id_path);
     cfg->registry.auth = g_strdup("");
+    sf_http_options_init(&cfg->http);
+    cfg->http.bind_address = g_strdup(cfg->http.bind_address);
     cfg->admin_port = 9990;
     cfg->admin_bind_address = g_strdup("127.0.0.1");
     cfg->audit_sink = g_strdup("none");
@@ -349,6 +355,7 @@ typedef struct sf_flags {
     char *port;
     char *bind;
     char *admin_port;
+    char *http_port;
     char *zookeeper;
     char *log_level;
     char *threads;
@@ -364,6 +371,7 @@ static void sf_flags_clear(sf_flags *f)
     g_free(f->port);
     g_free(f->bind);
     g_free(f->admin_port);
+    g_free(f->http_port);
     g_free(f->zookeeper);
     g_free(f->log_level);
     g_free(f->threads);
@@ -410,6 +418,7 @@ static gboolean sf_config_apply_flags(sf_config *cfg, const sf_flags *f, GError 
         { f->threads, "snowflake", "thrift_server_threads", "--threads" },
         { f->log_level, "snowflake", "log_level", "--log-level" },
         { f->admin_port, "admin", "http_port", "--admin-port" },
+        { f->http_port, "http", "port", "--http-port" },
         { f->zookeeper, "zookeeper", "hosts", "--zookeeper" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(map); i++)
@@ -494,6 +503,8 @@ gboolean sf_config_load(sf_config *cfg, int *argc, char ***argv, gboolean *help_
           "Server threads, 1..256 ([snowflake] thrift_server_threads)", "N" },
         { "admin-port", 0, 0, G_OPTION_ARG_STRING, &f.admin_port,
           "HTTP stats/health port, 0 = off ([admin] http_port)", "PORT" },
+        { "http-port", 0, 0, G_OPTION_ARG_STRING, &f.http_port,
+          "HTTP ids port (GET /id, /ids), 0 = off ([http] port)", "PORT" },
         { "zookeeper", 'z', 0, G_OPTION_ARG_STRING, &f.zookeeper,
           "ZooKeeper hosts, empty = standalone ([zookeeper] hosts)", "HOSTS" },
         { "log-level", 'l', 0, G_OPTION_ARG_STRING, &f.log_level,
@@ -586,11 +597,16 @@ gboolean sf_config_validate(const sf_config *cfg, GError **error)
         g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE, "%s", audit_error);
         return FALSE;
     }
-    if (cfg->admin_port != 0 && cfg->admin_port == cfg->server.port) {
-        g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE,
-                    "[admin] http_port = %d is the same as [snowflake] server_port: allowed "
-                    "another port, or 0 to turn the admin server off", cfg->admin_port);
-        return FALSE;
-    }
+    /* The listeners' ports: each one set its own (the Thrift port's 0 picks a free one). */
+    const int ports[] = {cfg->server.port, cfg->admin_port, cfg->http.port};
+    const char *const keys[] = {"[snowflake] server_port", "[admin] http_port", "[http] port"};
+    for (int i = 1; i < 3; i++)
+        for (int j = 0; j < i; j++)
+            if (ports[i] != 0 && ports[i] == ports[j]) {
+                g_set_error(error, SF_CONFIG_ERROR, SF_CONFIG_ERROR_VALUE, "%s = %d is the same "
+                            "as %s: allowed another port, or 0 to turn it off", keys[i], ports[i],
+                            keys[j]);
+                return FALSE;
+            }
     return TRUE;
 }

@@ -11,6 +11,7 @@
 
 #include "common/audit_options.h"
 #include "common/handler_options.h"
+#include "common/http_options.h"
 #include "common/registry_options.h"
 #include "common/server_options.h"
 
@@ -50,6 +51,11 @@ typedef struct sf_config {
     int64_t max_clock_backward_wait_ms; /* 0..60000, default 0 */
     bool random_first_sequence;       /* default false */
     char *log_level;                  /* error|warning|info|debug, default info */
+
+    /* [http] -- the HTTP ids port, with its module's defaults and ranges: port (0 = off),
+     * bind_address (a string this struct owns), threads, max_connections, idle_timeout_ms,
+     * request_timeout_ms, max_request_size, max_output_buffer, keep_alive. */
+    sf_http_options http;
 
     /* [admin] */
     int admin_port;                   /* 0..65535, default 9990; 0 = disabled */

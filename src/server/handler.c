@@ -108,23 +108,41 @@ static void sf_handler_idle_reason(SfHandler *h, char *why, size_t len)
               len);
 }
 
-/* Sets *message and returns TRUE when agent is longer than max_useragent_length or
- * breaks the original's grammar. The message quotes at most max_useragent_length bytes
+/* Why agent is refused (newly allocated), or NULL: longer than max_useragent_length or
+ * breaking the original's grammar. The message quotes at most max_useragent_length bytes
  * of it. */
-static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, char **message)
+static char *sf_handler_agent_problem(SfHandler *h, const char *agent)
 {
     size_t max = (size_t)h->max_useragent_length;
     size_t len = agent != NULL ? strnlen(agent, max + 1) : 0;
     if (G_LIKELY(agent != NULL && len <= max && sf_useragent_valid(agent)))
+        return NULL;
+    return len > max ? g_strdup_printf("invalid user agent: longer than the %zu bytes allowed "
+                                       "(max_useragent_length); it must match %s",
+                                       max, SF_AGENT_GRAMMAR)
+                     : g_strdup_printf("invalid user agent \"%s\": it must match %s",
+                                       agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
+}
+
+/* Sets *message and returns TRUE when agent is refused (sf_handler_agent_problem), counting
+ * the refusal. */
+static gboolean sf_handler_refuse_bad_agent(SfHandler *h, const char *agent, char **message)
+{
+    char *problem = sf_handler_agent_problem(h, agent);
+    if (G_LIKELY(problem == NULL))
         return FALSE;
-    *message = len > max
-                   ? g_strdup_printf("invalid user agent: longer than the %zu bytes allowed "
-                                     "(max_useragent_length); it must match %s",
-                                     max, SF_AGENT_GRAMMAR)
-                   : g_strdup_printf("invalid user agent \"%s\": it must match %s",
-                                     agent != NULL ? agent : "", SF_AGENT_GRAMMAR);
+    *message = problem;
     atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_agent_errors, 1, memory_order_relaxed);
     return TRUE;
+}
+
+/* Why get_ids refuses count (newly allocated), or NULL when it is within 1..max_batch_size. */
+static char *sf_handler_count_problem(SfHandler *h, int32_t count)
+{
+    if (G_LIKELY(count >= 1 && count <= h->max_batch_size))
+        return NULL;
+    return g_strdup_printf("count %d is outside the allowed range 1..%d (max_batch_size)",
+                           (int)count, h->max_batch_size);
 }
 
 /* Makes count ids from the source: a clock failure becomes InvalidSystemClock with the
@@ -179,9 +197,9 @@ static sf_handler_outcome sf_handler_do_get_ids(SfHandler *h, const char *agent,
 {
     if (sf_handler_refuse_bad_agent(h, agent, message))
         return SF_HANDLER_INVALID_USER_AGENT;
-    if (count < 1 || count > h->max_batch_size) {
-        *message = g_strdup_printf("count %d is outside the allowed range 1..%d (max_batch_size)",
-                                   (int)count, h->max_batch_size);
+    char *problem = sf_handler_count_problem(h, count);
+    if (problem != NULL) {
+        *message = problem;
         atomic_fetch_add_explicit(&sf_handler_my_stripe(h)->invalid_request_errors, 1,
                                   memory_order_relaxed);
         return SF_HANDLER_INVALID_REQUEST;
@@ -249,6 +267,21 @@ sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int3
     uint64_t t0 = sf_clocks_mono_ns();
     sf_handler_outcome o = sf_handler_do_get_ids(h, agent, count, ids, message);
     sf_handler_time(h, SF_HANDLER_GET_IDS, t0);
+    return o;
+}
+
+sf_handler_outcome sf_handler_check_call(SfHandler *h, const char *agent, bool batch,
+                                        int32_t count, char **message)
+{
+    char *problem = sf_handler_agent_problem(h, agent);
+    sf_handler_outcome o = SF_HANDLER_INVALID_USER_AGENT;
+    if (problem == NULL && batch && (problem = sf_handler_count_problem(h, count)) != NULL)
+        o = SF_HANDLER_INVALID_REQUEST;
+    if (problem == NULL && !sf_handler_is_serving(h, &problem))
+        o = SF_HANDLER_SERVICE_UNAVAILABLE;
+    if (problem == NULL)
+        return SF_HANDLER_OK;
+    *message = problem;
     return o;
 }
 

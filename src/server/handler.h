@@ -136,6 +136,13 @@ sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int3
                                            int64_t *ids, char **message);
 int sf_handler_max_batch_size(const SfHandler *h);
 
+/* The refusal a call by agent would meet now, get_ids for count ids when batch, else get_id,
+ * found without making ids, counting or timing anything, for a caller that asks whether it
+ * would be served (an HTTP HEAD): SF_HANDLER_OK, or the outcome and *message (g_free it)
+ * the call would give, but for a clock error, which only making an id can find. */
+sf_handler_outcome sf_handler_check_call(SfHandler *h, const char *agent, bool batch,
+                                        int32_t count, char **message);
+
 /* Calls fn once per method, in the order above, with its timings summed over threads. */
 typedef void (*sf_handler_timing_fn)(const char *method, const sf_latency_snapshot *timing,
                                      void *ctx);

@@ -212,3 +212,32 @@ void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *
     sf_admin_snapshot_set_health(snap, serving, reason);
     g_free(reason);
 }
+
+/* Adds one route and status's count of HTTP requests to the snapshot. */
+static void sf_metrics_add_http_requests(const char *route, unsigned status, uint64_t count,
+                                         void *ctx)
+{
+    char code[8];
+    g_snprintf(code, sizeof code, "%u", status);
+    const char *labels[] = {"route", route, "status", code, NULL};
+    sf_admin_snapshot_add_metric(ctx, SF_ADMIN_COUNTER, "snowflake_http_requests_total", labels,
+                                 (double)count, "HTTP ids requests answered, by route and status");
+}
+
+void sf_metrics_add_http(sf_admin_snapshot *snap, sf_http_ids *http)
+{
+    sf_http_ids_stats hs;
+    if (http == NULL)
+        return;
+    sf_http_ids_get_stats(http, &hs);
+#define SF_HTTP_COUNTER(name, help) \
+    sf_admin_snapshot_add(snap, SF_ADMIN_COUNTER, #name, NULL, (int64_t)hs.name, help);
+#define SF_HTTP_GAUGE(name, help) \
+    sf_admin_snapshot_add(snap, SF_ADMIN_GAUGE, #name, NULL, (int64_t)hs.name, help);
+    SF_HTTP_IDS_GAUGES(SF_HTTP_GAUGE)
+    SF_HTTP_IDS_COUNTERS(SF_HTTP_COUNTER)
+#undef SF_HTTP_COUNTER
+#undef SF_HTTP_GAUGE
+    sf_http_ids_foreach_timing(http, sf_metrics_add_timing, snap);
+    sf_http_ids_foreach_requests(http, sf_metrics_add_http_requests, snap);
+}

@@ -5,6 +5,7 @@
 #include "admin.h"
 #include "audit.h"
 #include "handler.h"
+#include "http_ids.h"
 #include "server.h"
 #include "zk/snowflake_zk.h"
 
@@ -19,5 +20,10 @@ void sf_metrics_collect(sf_admin_snapshot *snap, SfHandler *handler, sf_server *
  * judged by, snowflake_zookeeper_session_timeout_seconds (the lease holds through round trips
  * up to 7/32 of it). */
 void sf_metrics_add_renewals(sf_admin_snapshot *snap, const sfz_renewals *renewals);
+
+/* Adds the HTTP ids port's figures, none while it is off (http NULL): its counters and
+ * gauges (http_port among them), snowflake_http_requests_total{route,status} in /metrics,
+ * and its id routes' timings beside the Thrift methods'. */
+void sf_metrics_add_http(sf_admin_snapshot *snap, sf_http_ids *http);
 
 #endif /* SF_METRICS_H */

@@ -18,6 +18,7 @@
 #include "direct_codec.h"
 #include "handler.h"
 #include "history.h"
+#include "http_ids.h"
 #include "metrics.h"
 #include "notify.h"
 #include "procstats.h"
@@ -41,6 +42,7 @@ typedef struct sf_daemon {
     SfHandler *handler;
     sf_server *server;
     sf_admin *admin;
+    sf_http_ids *http;       /* the HTTP ids port; NULL when [http] port = 0 */
     sf_history *history;     /* ids/s and serving over the last minutes, for the admin pages */
     sf_audit *audit;         /* NULL when [audit] sink = none */
     sfz *zk;                 /* the registration in ZooKeeper; NULL when standalone */
@@ -104,6 +106,7 @@ static void sf_daemon_collect(sf_admin_snapshot *snap, void *ctx)
     }
     g_mutex_unlock(&d->stop_lock);
     sf_metrics_collect(snap, d->handler, d->server, d->audit, registered ? &skew : NULL);
+    sf_metrics_add_http(snap, d->http);
     if (registered)
         sf_metrics_add_renewals(snap, &renewals);
 }
@@ -197,6 +200,24 @@ static char *sf_daemon_host_port(sf_daemon *d)
     return g_strdup_printf("%s:%d", any ? g_get_host_name() : addr, sf_server_port(d->server));
 }
 
+/* Starts the HTTP ids port when [http] port is set: open from now on, answering 503 while
+ * the node does not serve. */
+static gboolean sf_daemon_start_http(sf_daemon *d)
+{
+    GError *err = NULL;
+    if (d->cfg.http.port == 0)
+        return TRUE;
+    d->http = sf_http_ids_start(&d->cfg.http, d->handler, &err);
+    if (d->http == NULL) {
+        g_critical("%s", err->message);
+        g_error_free(err);
+        return FALSE;
+    }
+    g_message("HTTP ids on http://%s:%d/ (GET /id, /ids?count=N, /api/snowflake/get/KEY)",
+              d->cfg.http.bind_address, sf_http_ids_port(d->http));
+    return TRUE;
+}
+
 /* Binds the Thrift port and starts answering (or, when the port follows the gate, only
  * binds it until the node serves), then starts the admin endpoint. */
 static gboolean sf_daemon_listen(sf_daemon *d)
@@ -224,6 +245,8 @@ static gboolean sf_daemon_listen(sf_daemon *d)
                   sf_server_port(d->server), so.bind_address, sf_server_port(d->server));
     else
         g_message("listening on %s:%d", so.bind_address, sf_server_port(d->server));
+    if (!sf_daemon_start_http(d))
+        return FALSE;
     if (d->cfg.registry.hosts[0] == '\0') { /* standalone: serving from now on */
         sf_notify_status("serving as worker id %" G_GINT64_FORMAT, d->cfg.worker_id);
         sf_notify_ready();
@@ -502,6 +525,8 @@ static void sf_daemon_shutdown(sf_daemon *d)
         sf_server_get_stats(d->server, &ss);
         g_message("stopped after %" G_GUINT64_FORMAT " requests", ss.frames_processed);
     }
+    sf_http_ids_stop(d->http); /* its requests are refused "stopping" since the close */
+    d->http = NULL;
     /* Before the registration and the audit log go: its requests read both. */
     sf_admin_stop(d->admin);
     d->admin = NULL;

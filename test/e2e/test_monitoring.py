@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 
+import urllib.error
 import urllib.request
 
 import cdp
@@ -163,15 +164,34 @@ def broken_rule_fails_its_tests():
     assert rc != 0 and "SnowflakeNotServing" in out, (rc, out)
 
 
+def with_http_port(extra=()):
+    """The flags of a node with its HTTP ids port on a free loopback port, and that port."""
+    port = sftest.free_port()
+    return ["--http-port", str(port), "--set", "http.bind_address=127.0.0.1"] + list(extra), port
+
+
+def http_get(port, path):
+    """The status of GET path on a node's HTTP ids port."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def live_metrics(path):
-    """/metrics of a live node registered in ZooKeeper under path with an audit log, after it
-    handed out an id."""
+    """/metrics of a live node registered in ZooKeeper under path with an audit log and its
+    HTTP ids port on, after it handed out an id on each port and refused one over HTTP."""
     with tempfile.TemporaryDirectory(prefix="sf-mon-") as tmp:
-        srv = registered(path, ["--set", "audit.sink=file",
-                                "--set", "audit.file=%s" % os.path.join(tmp, "audit")])
+        args, port = with_http_port(["--set", "audit.sink=file",
+                                     "--set", "audit.file=%s" % os.path.join(tmp, "audit")])
+        srv = registered(path, args)
         try:
             with srv.client() as api:
                 api.get_id("monitoring")
+            srv.wait_for(r"HTTP ids on http://127\.0\.0\.1:%d/" % port)
+            assert http_get(port, "/id?agent=monitoring") == 200
+            assert http_get(port, "/ids?count=0") == 400
             status, body = srv.http("/metrics")
         finally:
             srv.stop()
@@ -483,10 +503,11 @@ def pipe_ends_land_on_3_and_4():
 def status_page_in_chromium():
     """/ in a real browser while a client asks for ids: the tab and the heading name the
     node's host:port, the page shows the state, the worker and datacenter ids, uptime,
-    worker ids left under the path, the session, a chart with axes and the latency
-    histogram, links the machine-readable paths; and the ids/s figure shows the load this
-    test makes (waited for, not sampled twice). A screenshot is kept."""
-    srv = registered("/mon-page")
+    worker ids left under the path, the session, the HTTP ids port, a chart with axes and
+    the latency histogram, links the machine-readable paths; and the ids/s figure shows the
+    load this test makes (waited for, not sampled twice). A screenshot is kept."""
+    args, http_port = with_http_port()
+    srv = registered("/mon-page", args)
     load = Load(srv)
     try:
         with srv.client() as api:
@@ -507,6 +528,7 @@ def status_page_in_chromium():
             assert b.eval(text_of("slots")) == "31 of 32", b.eval(text_of("slots"))
             assert b.eval(text_of("slotpath")) == "/mon-page"
             assert b.eval(text_of("session")) == "connected"
+            assert b.eval(text_of("httpport")) == str(http_port), b.eval(text_of("httpport"))
             assert b.eval(text_of("since")).startswith("since "), b.eval(text_of("since"))
             assert b.eval(text_of("error")) == ""
             axes = b.eval(text_of("axes"))
@@ -529,7 +551,8 @@ def status_page_in_chromium():
 def status_page_in_trouble():
     """The page of a node whose ZooKeeper goes away while the page is open: it says "not
     serving (zookeeper_unreachable)" with the node's words and since when, the tab says NOT
-    SERVING, the worker ids count is marked stale, and nothing on the page moved. Opened
+    SERVING, the worker ids count is marked stale, the HTTP ids port (not set) says off, and
+    nothing on the page moved. Opened
     afresh during the incident, the chart shows the minutes before it, kept on the node, with
     the time not served marked. A screenshot is kept."""
     srv = registered("/mon-trouble")
@@ -554,6 +577,7 @@ def status_page_in_trouble():
             b.wait("document.getElementById('slotcard').classList.contains('stale')",
                    "the worker ids count marked stale")
             assert "stale" in b.eval(text_of("slotnote")), b.eval(text_of("slotnote"))
+            assert b.eval(text_of("httpport")) == "off", b.eval(text_of("httpport"))
             assert b.eval(text_of("since")).startswith("since "), b.eval(text_of("since"))
             title = b.eval("document.title")
             assert node in title and "NOT SERVING" in title, title

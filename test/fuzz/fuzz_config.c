@@ -24,6 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (cfg.server.port < 0 || cfg.server.port > 65535 || cfg.server.max_frame_size < 64)
             abort();
+        char why[256];
+        if (!sf_http_options_check(&cfg.http, why, sizeof why) ||
+            (cfg.http.port != 0 &&
+             (cfg.http.port == cfg.server.port || cfg.http.port == cfg.admin_port)))
+            abort(); /* the HTTP port's settings in range, its port its own */
     } else if (error == NULL || error->message == NULL || error->message[0] == '\0') {
         abort(); /* a refusal must say why */
     }

@@ -240,6 +240,13 @@ START_TEST(ids_past_the_reservation_are_refused)
 }
 END_TEST
 
+/* Adds every method's call count to ctx's. */
+static void sum_counts(const char *method, const sf_latency_snapshot *timing, void *ctx)
+{
+    (void)method;
+    ((sf_latency_snapshot *)ctx)->count += timing->count;
+}
+
 /* Without a source, ids are refused: "starting" until one is given; once it is taken away
  * (a daemon stopping its registration), "stopping". Health says the same, with no session. */
 START_TEST(no_source_refuses_starting_then_stopping)
@@ -280,6 +287,51 @@ START_TEST(no_source_refuses_starting_then_stopping)
 }
 END_TEST
 
+/* The check of a call without the call (an HTTP HEAD): the same refusals and messages the
+ * call would meet, in the call's order (agent, count, serving), with nothing made, counted
+ * or timed. */
+START_TEST(check_call_makes_and_counts_nothing)
+{
+    sf_handler_options o;
+    sf_handler_options_init(&o);
+    o.max_batch_size = 10;
+    SfHandler *h = sf_handler_new(&o);
+    char *message = NULL;
+    ck_assert_int_eq(sf_handler_check_call(h, "probe", FALSE, 0, &message),
+                     SF_HANDLER_SERVICE_UNAVAILABLE);
+    ck_assert_msg(strstr(message, "starting") != NULL, "%s", message);
+    g_free(message);
+    sf_standalone *s = sf_standalone_new_serving(new_worker(7, 0, NULL));
+    ck_assert_ptr_nonnull(s);
+    sf_handler_set_source(h, sf_standalone_source(s));
+    ck_assert_int_eq(sf_handler_check_call(h, "probe", FALSE, 0, &message), SF_HANDLER_OK);
+    ck_assert_int_eq(sf_handler_check_call(h, "probe", TRUE, 10, &message), SF_HANDLER_OK);
+    ck_assert_int_eq(sf_handler_check_call(h, "1probe", TRUE, 0, &message),
+                     SF_HANDLER_INVALID_USER_AGENT);
+    ck_assert_str_eq(message, "invalid user agent \"1probe\": it must match "
+                              "[a-zA-Z][a-zA-Z\\-0-9]*");
+    g_free(message);
+    ck_assert_int_eq(sf_handler_check_call(h, "probe", TRUE, 11, &message),
+                     SF_HANDLER_INVALID_REQUEST);
+    ck_assert_str_eq(message, "count 11 is outside the allowed range 1..10 (max_batch_size)");
+    g_free(message);
+    sf_handler_stats st;
+    sf_handler_get_stats(h, &st);
+    ck_assert_uint_eq(st.ids_generated, 0);
+    ck_assert_uint_eq(st.exceptions, 0);
+    sf_latency_snapshot *timed = g_new0(sf_latency_snapshot, 1);
+    sf_handler_foreach_timing(h, sum_counts, timed);
+    ck_assert_uint_eq(timed->count, 0);
+    g_free(timed);
+    int64_t id;
+    ck_assert_int_eq(sf_handler_call_get_id(h, "probe", &id, &message), SF_HANDLER_OK);
+    sf_handler_get_stats(h, &st);
+    ck_assert_uint_eq(st.ids_generated, 1);
+    g_object_unref(h);
+    sf_standalone_free(s);
+}
+END_TEST
+
 static Suite *handler_suite(void)
 {
     Suite *s = suite_create("handler");
@@ -291,6 +343,7 @@ static Suite *handler_suite(void)
     tcase_add_test(fence, lease_runs_on_the_boot_clock);
     tcase_add_test(fence, ids_past_the_reservation_are_refused);
     tcase_add_test(fence, no_source_refuses_starting_then_stopping);
+    tcase_add_test(fence, check_call_makes_and_counts_nothing);
     suite_add_tcase(s, fence);
     return s;
 }
