@@ -179,10 +179,10 @@ static void sf_direct_reply_i64(SfFrameTransport *t, const uint8_t *name, uint32
     sf_direct_put_u8(p, SF_T_STOP);
 }
 
-/* result { field: Exception { 1: string message } }, taking message. */
+/* result { field: Exception { 1: string message } }. */
 static void sf_direct_reply_exception(SfFrameTransport *t, const uint8_t *name,
                                       uint32_t name_len, uint32_t seqid, uint16_t field,
-                                      char *message)
+                                      const char *message)
 {
     uint32_t mlen = (uint32_t)strlen(message);
     uint8_t *p = sf_direct_begin(t, sf_direct_header_size(name_len) + 3 + 3 + 4 + mlen + 1 + 1,
@@ -192,7 +192,6 @@ static void sf_direct_reply_exception(SfFrameTransport *t, const uint8_t *name,
     p = sf_direct_put_bytes(p, message, mlen);
     p = sf_direct_put_u8(p, SF_T_STOP);
     sf_direct_put_u8(p, SF_T_STOP);
-    g_free(message);
 }
 
 /* The result struct's field id of each refusal, as the IDL numbers them: get_id declares
@@ -239,24 +238,25 @@ static void sf_direct_call_ids(SfHandler *h, SfFrameTransport *t, sf_direct_meth
     char *agent = agent_len < sizeof stack ? stack : g_malloc((size_t)agent_len + 1);
     memcpy(agent, agent_bytes, agent_len);
     agent[agent_len] = '\0';
-    char *message = NULL;
-    sf_handler_outcome o;
+    GError *refusal = NULL;
     if (m == SF_DIRECT_GET_ID) {
         int64_t id;
-        o = sf_handler_call_get_id(h, agent, &id, &message);
-        if (o == SF_HANDLER_OK)
+        if (sf_handler_call_get_id(h, agent, &id, &refusal))
             sf_direct_reply_i64(t, name, name_len, seqid, id);
     } else {
         bool fits = count >= 1 && count <= sf_handler_max_batch_size(h);
         int64_t *ids = fits ? g_new(int64_t, (size_t)count) : NULL;
-        o = sf_handler_call_get_ids(h, agent, count, ids, &message);
-        if (o == SF_HANDLER_OK)
+        if (sf_handler_call_get_ids(h, agent, count, ids, &refusal))
             sf_direct_reply_ids(t, name, name_len, seqid, ids, count);
         g_free(ids);
     }
-    if (o != SF_HANDLER_OK)
+    if (refusal != NULL) {
         sf_direct_reply_exception(t, name, name_len, seqid,
-                                  sf_direct_exception_field(o, m == SF_DIRECT_GET_IDS), message);
+                                  sf_direct_exception_field((sf_handler_outcome)refusal->code,
+                                                            m == SF_DIRECT_GET_IDS),
+                                  refusal->message);
+        g_error_free(refusal);
+    }
     if (agent != stack)
         g_free(agent);
 }

@@ -252,26 +252,40 @@ int64_t sf_handler_call_get_timestamp(SfHandler *h)
     return now;
 }
 
-sf_handler_outcome sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id,
-                                          char **message)
+G_DEFINE_QUARK(sf-handler-error-quark, sf_handler_error)
+
+/* A call's end as its caller gets it: TRUE when answered, else FALSE with the refusal in
+ * *error (SF_HANDLER_ERROR, o its code), taking message. */
+static gboolean sf_handler_answer(sf_handler_outcome o, char *message, GError **error)
+{
+    if (G_LIKELY(o == SF_HANDLER_OK))
+        return TRUE;
+    g_set_error_literal(error, SF_HANDLER_ERROR, (gint)o, message);
+    g_free(message);
+    return FALSE;
+}
+
+gboolean sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id, GError **error)
 {
     uint64_t t0 = sf_clocks_mono_ns();
-    sf_handler_outcome o = sf_handler_do_get_id(h, agent, id, message);
+    char *message = NULL;
+    sf_handler_outcome o = sf_handler_do_get_id(h, agent, id, &message);
     sf_handler_time(h, SF_HANDLER_GET_ID, t0);
-    return o;
+    return sf_handler_answer(o, message, error);
 }
 
-sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count,
-                                           int64_t *ids, char **message)
+gboolean sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count, int64_t *ids,
+                                 GError **error)
 {
     uint64_t t0 = sf_clocks_mono_ns();
-    sf_handler_outcome o = sf_handler_do_get_ids(h, agent, count, ids, message);
+    char *message = NULL;
+    sf_handler_outcome o = sf_handler_do_get_ids(h, agent, count, ids, &message);
     sf_handler_time(h, SF_HANDLER_GET_IDS, t0);
-    return o;
+    return sf_handler_answer(o, message, error);
 }
 
-sf_handler_outcome sf_handler_check_call(SfHandler *h, const char *agent, bool batch,
-                                        int32_t count, char **message)
+gboolean sf_handler_check_call(SfHandler *h, const char *agent, bool batch, int32_t count,
+                               GError **error)
 {
     char *problem = sf_handler_agent_problem(h, agent);
     sf_handler_outcome o = SF_HANDLER_INVALID_USER_AGENT;
@@ -279,10 +293,7 @@ sf_handler_outcome sf_handler_check_call(SfHandler *h, const char *agent, bool b
         o = SF_HANDLER_INVALID_REQUEST;
     if (problem == NULL && !sf_handler_is_serving(h, &problem))
         o = SF_HANDLER_SERVICE_UNAVAILABLE;
-    if (problem == NULL)
-        return SF_HANDLER_OK;
-    *message = problem;
-    return o;
+    return sf_handler_answer(problem == NULL ? SF_HANDLER_OK : o, problem, error);
 }
 
 int sf_handler_max_batch_size(const SfHandler *h)
@@ -395,14 +406,15 @@ void sf_handler_foreach_agent(SfHandler *h, sf_handler_agent_fn fn, void *ctx)
  * declares. ---- */
 
 /* Turns a refusal into the declared exception the generated processor writes, taking
- * message; request is NULL for a method that does not declare InvalidRequestError. */
-static void sf_handler_thrift_raise(sf_handler_outcome o, char *message,
+ * refusal; request is NULL for a method that does not declare InvalidRequestError. */
+static void sf_handler_thrift_raise(GError *refusal,
                                     SfThriftInvalidSystemClock **clock_error,
                                     SfThriftInvalidUserAgentError **agent_error,
                                     SfThriftInvalidRequestError **request_error,
                                     SfThriftServiceUnavailable **unavailable)
 {
-    switch (o) {
+    const char *message = refusal->message;
+    switch ((sf_handler_outcome)refusal->code) {
     case SF_HANDLER_INVALID_SYSTEM_CLOCK:
         *clock_error = g_object_new(SF_THRIFT_TYPE_INVALID_SYSTEM_CLOCK, "message", message, NULL);
         break;
@@ -420,7 +432,7 @@ static void sf_handler_thrift_raise(sf_handler_outcome o, char *message,
     case SF_HANDLER_OK:
         break;
     }
-    g_free(message);
+    g_error_free(refusal);
 }
 
 /* The service's methods as the generated processor calls them, through the vtable. */
@@ -455,14 +467,13 @@ static gboolean sf_handler_thrift_get_id(SfThriftSnowflakeIf *iface, gint64 *_re
                                          SfThriftServiceUnavailable **unavailable, GError **error)
 {
     (void)error;
-    char *message = NULL;
+    GError *refusal = NULL;
     int64_t id;
-    sf_handler_outcome o = sf_handler_call_get_id(SF_HANDLER(iface), useragent, &id, &message);
-    if (o == SF_HANDLER_OK) {
+    if (sf_handler_call_get_id(SF_HANDLER(iface), useragent, &id, &refusal)) {
         *_return = id;
         return TRUE;
     }
-    sf_handler_thrift_raise(o, message, clock_error, agent_error, NULL, unavailable);
+    sf_handler_thrift_raise(refusal, clock_error, agent_error, NULL, unavailable);
     return FALSE;
 }
 
@@ -479,13 +490,12 @@ static gboolean sf_handler_thrift_get_ids(SfThriftSnowflakeIf *iface, GArray **_
     gboolean fits = count >= 1 && count <= sf_handler_max_batch_size(h);
     if (fits)
         g_array_set_size(ids, (guint)count);
-    char *message = NULL;
-    sf_handler_outcome o = sf_handler_call_get_ids(
-        h, useragent, count, fits ? (int64_t *)(void *)ids->data : NULL, &message);
-    if (o == SF_HANDLER_OK)
+    GError *refusal = NULL;
+    if (sf_handler_call_get_ids(h, useragent, count, fits ? (int64_t *)(void *)ids->data : NULL,
+                                &refusal))
         return TRUE;
     g_array_set_size(ids, 0);
-    sf_handler_thrift_raise(o, message, clock_error, agent_error, request_error, unavailable);
+    sf_handler_thrift_raise(refusal, clock_error, agent_error, request_error, unavailable);
     return FALSE;
 }
 

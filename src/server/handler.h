@@ -111,7 +111,9 @@ typedef enum {
     SF_HANDLER_METHODS
 } sf_handler_method;
 
-/* How a call ended: answered, or refused with one of the service's declared exceptions. */
+/* How a call ended: answered, or refused with one of the service's declared exceptions;
+ * a refusal reaches the caller as a GError of SF_HANDLER_ERROR with the outcome as its
+ * code and the exception's message as its own. */
 typedef enum {
     SF_HANDLER_OK = 0,
     SF_HANDLER_INVALID_SYSTEM_CLOCK, /* the clock is behind the last id or out of range */
@@ -120,28 +122,31 @@ typedef enum {
     SF_HANDLER_SERVICE_UNAVAILABLE,  /* no worker id held, gate closed, lease out, fenced */
 } sf_handler_outcome;
 
+#define SF_HANDLER_ERROR (sf_handler_error_quark())
+GQuark sf_handler_error_quark(void);
+
 /* The service's methods as plain calls, for a caller that decodes the call and encodes
  * the reply itself; the Thrift processor reaches the same code through the handler's
- * vtable, so both are timed, counted and audited alike. A refusal returns its outcome
- * and sets *message to the exception's message (newly allocated: g_free it). */
+ * vtable, so both are timed, counted and audited alike. A refusal returns FALSE with
+ * *error set (SF_HANDLER_ERROR: the outcome and the exception's message; the caller frees
+ * it, g_error_free). */
 int64_t sf_handler_call_get_worker_id(SfHandler *h);
 int64_t sf_handler_call_get_datacenter_id(SfHandler *h);
 int64_t sf_handler_call_get_timestamp(SfHandler *h);
-sf_handler_outcome sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id,
-                                          char **message);
+gboolean sf_handler_call_get_id(SfHandler *h, const char *agent, int64_t *id, GError **error);
 
 /* ids must have room for count ids when count is within 1..sf_handler_max_batch_size(h);
  * any other count is refused before ids is touched (it may then be NULL). */
-sf_handler_outcome sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count,
-                                           int64_t *ids, char **message);
+gboolean sf_handler_call_get_ids(SfHandler *h, const char *agent, int32_t count, int64_t *ids,
+                                 GError **error);
 int sf_handler_max_batch_size(const SfHandler *h);
 
 /* The refusal a call by agent would meet now, get_ids for count ids when batch, else get_id,
  * found without making ids, counting or timing anything, for a caller that asks whether it
- * would be served (an HTTP HEAD): SF_HANDLER_OK, or the outcome and *message (g_free it)
- * the call would give, but for a clock error, which only making an id can find. */
-sf_handler_outcome sf_handler_check_call(SfHandler *h, const char *agent, bool batch,
-                                        int32_t count, char **message);
+ * would be served (an HTTP HEAD): TRUE, or FALSE with *error the refusal the call would
+ * give, but for a clock error, which only making an id can find. */
+gboolean sf_handler_check_call(SfHandler *h, const char *agent, bool batch, int32_t count,
+                               GError **error);
 
 /* Calls fn once per method, in the order above, with its timings summed over threads. */
 typedef void (*sf_handler_timing_fn)(const char *method, const sf_latency_snapshot *timing,

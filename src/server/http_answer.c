@@ -118,18 +118,18 @@ static const struct {
     [SF_HANDLER_SERVICE_UNAVAILABLE] = {503, "service_unavailable"},
 };
 
-/* Makes out the answer to a refusal by the handler (o with its message, taken); an outcome
- * it does not know is a 500, which no request should ever get. */
-static void sf_http_refuse_call(sf_http_answer *out, sf_http_budget *budget,
-                                sf_handler_outcome o, char *message)
+/* Makes out the answer to a refusal by the handler (taken); an outcome it does not know is
+ * a 500, which no request should ever get. */
+static void sf_http_refuse_call(sf_http_answer *out, sf_http_budget *budget, GError *refusal)
 {
-    if ((unsigned)o < G_N_ELEMENTS(sf_http_refusals) && sf_http_refusals[o].error != NULL)
+    unsigned o = (unsigned)refusal->code;
+    if (o < G_N_ELEMENTS(sf_http_refusals) && sf_http_refusals[o].error != NULL)
         sf_http_refuse(out, budget, sf_http_refusals[o].status, sf_http_refusals[o].error,
-                       message);
+                       refusal->message);
     else
-        sf_http_refusef(out, budget, 500, "internal_error", "the handler answered %d, which "
-                        "this port does not know", (int)o);
-    g_free(message);
+        sf_http_refusef(out, budget, 500, "internal_error", "the handler answered %u, which "
+                        "this port does not know", o);
+    g_error_free(refusal);
 }
 
 /* The route of a path; *key receives Leaf's key (the rest of the path) on its route. */
@@ -269,11 +269,10 @@ static void sf_http_call_handler(SfHandler *h, const sf_http_request *req, sf_ht
     int32_t count = 1;
     if (batch && !sf_http_read_count(h, call, &count, out, budget))
         return;
-    char *message = NULL;
-    sf_handler_outcome o;
+    GError *refusal = NULL;
     if (strcmp(req->method, "HEAD") == 0) {
-        if ((o = sf_handler_check_call(h, call->agent, batch, count, &message)) != SF_HANDLER_OK) {
-            sf_http_refuse_call(out, budget, o, message);
+        if (!sf_handler_check_call(h, call->agent, batch, count, &refusal)) {
+            sf_http_refuse_call(out, budget, refusal);
             return;
         }
         out->status = 200;
@@ -291,13 +290,14 @@ static void sf_http_call_handler(SfHandler *h, const sf_http_request *req, sf_ht
         return;
     }
     int64_t one, *ids = n > 1 ? g_new(int64_t, n) : &one;
-    o = batch ? sf_handler_call_get_ids(h, call->agent, count, n > 0 ? ids : NULL, &message)
-              : sf_handler_call_get_id(h, call->agent, ids, &message);
-    if (o == SF_HANDLER_OK)
+    gboolean made = batch ? sf_handler_call_get_ids(h, call->agent, count, n > 0 ? ids : NULL,
+                                                    &refusal)
+                          : sf_handler_call_get_id(h, call->agent, ids, &refusal);
+    if (made)
         sf_http_write_ids(route, call->text, ids, n, room, out, budget);
     else {
         sf_http_budget_give(budget, room);
-        sf_http_refuse_call(out, budget, o, message);
+        sf_http_refuse_call(out, budget, refusal);
     }
     if (ids != &one)
         g_free(ids);

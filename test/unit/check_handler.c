@@ -296,25 +296,27 @@ START_TEST(check_call_makes_and_counts_nothing)
     sf_handler_options_init(&o);
     o.max_batch_size = 10;
     SfHandler *h = sf_handler_new(&o);
-    char *message = NULL;
-    ck_assert_int_eq(sf_handler_check_call(h, "probe", FALSE, 0, &message),
-                     SF_HANDLER_SERVICE_UNAVAILABLE);
-    ck_assert_msg(strstr(message, "starting") != NULL, "%s", message);
-    g_free(message);
+    GError *refusal = NULL;
+    ck_assert(!sf_handler_check_call(h, "probe", FALSE, 0, &refusal));
+    ck_assert(g_error_matches(refusal, SF_HANDLER_ERROR, SF_HANDLER_SERVICE_UNAVAILABLE));
+    ck_assert_msg(strstr(refusal->message, "starting") != NULL, "%s", refusal->message);
+    g_clear_error(&refusal);
     sf_standalone *s = sf_standalone_new_serving(new_worker(7, 0, NULL));
     ck_assert_ptr_nonnull(s);
     sf_handler_set_source(h, sf_standalone_source(s));
-    ck_assert_int_eq(sf_handler_check_call(h, "probe", FALSE, 0, &message), SF_HANDLER_OK);
-    ck_assert_int_eq(sf_handler_check_call(h, "probe", TRUE, 10, &message), SF_HANDLER_OK);
-    ck_assert_int_eq(sf_handler_check_call(h, "1probe", TRUE, 0, &message),
-                     SF_HANDLER_INVALID_USER_AGENT);
-    ck_assert_str_eq(message, "invalid user agent \"1probe\": it must match "
-                              "[a-zA-Z][a-zA-Z\\-0-9]*");
-    g_free(message);
-    ck_assert_int_eq(sf_handler_check_call(h, "probe", TRUE, 11, &message),
-                     SF_HANDLER_INVALID_REQUEST);
-    ck_assert_str_eq(message, "count 11 is outside the allowed range 1..10 (max_batch_size)");
-    g_free(message);
+    ck_assert(sf_handler_check_call(h, "probe", FALSE, 0, &refusal));
+    ck_assert(sf_handler_check_call(h, "probe", TRUE, 10, &refusal));
+    ck_assert_ptr_null(refusal);
+    ck_assert(!sf_handler_check_call(h, "1probe", TRUE, 0, &refusal));
+    ck_assert(g_error_matches(refusal, SF_HANDLER_ERROR, SF_HANDLER_INVALID_USER_AGENT));
+    ck_assert_str_eq(refusal->message, "invalid user agent \"1probe\": it must match "
+                                       "[a-zA-Z][a-zA-Z\\-0-9]*");
+    g_clear_error(&refusal);
+    ck_assert(!sf_handler_check_call(h, "probe", TRUE, 11, &refusal));
+    ck_assert(g_error_matches(refusal, SF_HANDLER_ERROR, SF_HANDLER_INVALID_REQUEST));
+    ck_assert_str_eq(refusal->message,
+                     "count 11 is outside the allowed range 1..10 (max_batch_size)");
+    g_clear_error(&refusal);
     sf_handler_stats st;
     sf_handler_get_stats(h, &st);
     ck_assert_uint_eq(st.ids_generated, 0);
@@ -324,7 +326,7 @@ START_TEST(check_call_makes_and_counts_nothing)
     ck_assert_uint_eq(timed->count, 0);
     g_free(timed);
     int64_t id;
-    ck_assert_int_eq(sf_handler_call_get_id(h, "probe", &id, &message), SF_HANDLER_OK);
+    ck_assert(sf_handler_call_get_id(h, "probe", &id, &refusal));
     sf_handler_get_stats(h, &st);
     ck_assert_uint_eq(st.ids_generated, 1);
     g_object_unref(h);
