@@ -237,25 +237,25 @@ fail_strings:
     return NULL;
 }
 
-/* The agent of a call: the client's when NULL; false with err naming one not in the
- * original's grammar. */
+/* The agent of a call: the client's when NULL (checked when the client was opened); false
+ * with err naming one not in the original's grammar. */
 static bool sfc_call_agent(sfc_client *c, const char **agent, sfc_error *err)
 {
-    if (*agent == NULL)
+    if (*agent == NULL) {
         *agent = c->agent;
+        return true;
+    }
     if (sf_useragent_valid(*agent))
         return true;
     sfc_fail(err, SFC_ERR_ARG, SFC_BAD_AGENT, *agent);
     return false;
 }
 
-int sfc_next_id_as(sfc_client *c, const char *agent, int64_t *id, sfc_call *call,
-                   sfc_error *err)
+/* One id under agent, a valid one: from the prefetch buffer when it is the client's own
+ * agent and the buffer holds one young enough, else from the nodes. */
+static int sfc_next_id_under(sfc_client *c, const char *agent, int64_t *id, sfc_call *call,
+                             sfc_error *err)
 {
-    if (c == NULL || id == NULL)
-        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
-    if (!sfc_call_agent(c, &agent, err))
-        return SFC_ERR_ARG;
     int64_t deadline = sf_clocks_mono_ms() + c->o.timeout_ms;
     if (c->prefetch != NULL && strcmp(agent, c->agent) == 0 &&
         sfc_prefetch_take(c->prefetch, id)) {
@@ -272,9 +272,21 @@ int sfc_next_id_as(sfc_client *c, const char *agent, int64_t *id, sfc_call *call
     return sfc_call_ids(c, agent, id, 0, deadline, true, call, err);
 }
 
+int sfc_next_id_as(sfc_client *c, const char *agent, int64_t *id, sfc_call *call,
+                   sfc_error *err)
+{
+    if (c == NULL || id == NULL)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
+    if (!sfc_call_agent(c, &agent, err))
+        return SFC_ERR_ARG;
+    return sfc_next_id_under(c, agent, id, call, err);
+}
+
 int sfc_next_id(sfc_client *c, int64_t *id, sfc_call *call, sfc_error *err)
 {
-    return sfc_next_id_as(c, NULL, id, call, err);
+    if (c == NULL || id == NULL)
+        return sfc_fail(err, SFC_ERR_ARG, "sfc_next_id: the client and id must be given");
+    return sfc_next_id_under(c, c->agent, id, call, err);
 }
 
 int sfc_next_ids_as(sfc_client *c, const char *agent, int64_t *ids, int count, sfc_call *call,
