@@ -1,7 +1,7 @@
 /* handler.c -- SfHandler: the Snowflake service's calls, made with ids from the source it was
  * given (idsource.h: a registration, a standalone worker or a test's), with per-agent counts
- * and timings. The calls are plain (sf_handler_call_*), for the direct codec and the tests;
- * the Thrift face at the end plugs them into the generated Thrift processor. */
+ * and timings. The calls are plain (sf_handler_call_*), for the direct codec, the HTTP port
+ * and the tests; the Thrift face at the end plugs them into the generated Thrift processor. */
 #define _POSIX_C_SOURCE 200809L
 #include "handler.h"
 

@@ -295,8 +295,6 @@ void sf_registry_get_health(sf_registry *r, sf_registry_health *out)
 /* ---- the session: opening it, waiting for it, the watcher that turns its events into the
  * state machine's, and the paths every claim needs made ---- */
 
-/* The session watcher: turns connection changes into events; never calls into ZooKeeper.
- * Events of a handle already replaced are ignored; other watches (the lock's) wake waiters. */
 /* The client opens its descriptors without close-on-exec: a program's exec'd child would
  * keep a copy of each (cloexec.h says why that matters). Its wake-up pipe is made by
  * zookeeper_init (so a pipe another thread of the program makes meanwhile is marked too),
@@ -311,6 +309,8 @@ static void sf_reg_cloexec_done(sf_registry *r, int marked)
                strerror(errno));
 }
 
+/* The session watcher: turns connection changes into events; never calls into ZooKeeper.
+ * Events of a handle already replaced are ignored; other watches (the lock's) wake waiters. */
 void sf_reg_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)path;

@@ -110,7 +110,7 @@ sf_registry *sf_registry_new(const sf_registry_options *opts, char *err, size_t 
  * at its place at once (a lone claimant takes the lowest free one), so that claimants
  * coming together claim in parallel; with fewer (scarce), it waits its turn, so ids go to
  * claimants in the order they came. The worker node's ephemeral create is the claim
- * whatever the queue says: one holder per id. registry_queue.c says how. */
+ * whatever the queue says: one holder per id. registry_claim.c says how. */
 int sf_registry_claim(sf_registry *r, int64_t *worker_id, int64_t *floor_ms, char *err,
                       size_t errlen);
 

@@ -62,7 +62,6 @@ static void sf_zkbatch_kids_done(int rc, const struct String_vector *kids,
     sf_zkbatch_done(r, rc, stat);
 }
 
-/* Readies out for a read, counting it before it is queued (its answer may come at once). */
 /* Clears a request's answer and counts it as awaited. */
 static void sf_zkbatch_add(sf_zkbatch *b, sf_zkbatch_req *req)
 {
@@ -163,8 +162,10 @@ void sf_zkbatch_send(zhandle_t *zh, sf_zkbatch_req *reqs, int n)
     pthread_mutex_init(&b.mu, NULL);
     pthread_cond_init(&b.cv, NULL);
     for (int i = 0; i < n; i++) {
-        if (reqs[i].kind == SF_ZKBATCH_NONE)
+        if (reqs[i].kind == SF_ZKBATCH_NONE) {
+            reqs[i].kids = (struct String_vector){0, NULL}; /* so req_free frees nothing */
             continue;
+        }
         sf_zkbatch_add(&b, &reqs[i]);
         sf_zkbatch_queued(&b, &reqs[i], sf_zkbatch_queue(zh, &reqs[i]));
     }
