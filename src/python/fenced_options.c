@@ -303,7 +303,7 @@ static const char sfpy_fenced_about[] =
     "unreachable, the session expired): the handle claims again by itself; retry later. "
     "worker_id, datacenter_id and serving say what it holds; health() says why it does not "
     "serve, as figures; its log lines (claims, fencing and why) go to the logger "
-    "'snowflake' of the logging module. close() (or the with block's end) releases the pair "
+    "'snowflake' of the logging module, from the main thread at its next step in Python. close() (or the with block's end) releases the pair "
     "at once; a "
     "handle collected or left open at the interpreter's exit is closed then. A process that "
     "ends without it (os._exit, kill -9) frees its pair when its session expires.\n\n"

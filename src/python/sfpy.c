@@ -7,6 +7,8 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 sfpy_state *sfpy_state_of(PyObject *module)
 {
@@ -145,14 +147,47 @@ PyObject *sfpy_id_list(const int64_t *ids, size_t count)
     return list;
 }
 
+/* A log line on its way to the logger, made in the process pid. */
+typedef struct sfpy_line {
+    pid_t pid;
+    PyObject *logger;
+    char level[16];
+    char text[];
+} sfpy_line;
+
+/* Runs in the main thread, with the GIL: hands one line to the logger, unless this is a fork
+ * child that inherited a line of its parent's. */
+static int sfpy_log_pending(void *arg)
+{
+    sfpy_line *line = arg;
+    if (line->pid == getpid()) {
+        PyObject *r = PyObject_CallMethod(line->logger, line->level, "s", line->text);
+        if (r == NULL) /* a handler that fails: say so, as logging itself does */
+            PyErr_WriteUnraisable(line->logger);
+        Py_XDECREF(r);
+    }
+    PyMem_RawFree(line);
+    return 0;
+}
+
+/* The handle's log lines come from a thread of the library's, which never waits for the
+ * GIL: a thread waiting for it asks its holder to let go, and a process forked meanwhile
+ * by C code that does not tell Python (uWSGI's master, whose main thread keeps the GIL in
+ * its own loop) inherits that request with no thread to answer it, and its main thread
+ * stops for good at its next switch. The line is handed to the main thread instead, which
+ * logs it at its next step in Python; a line that finds the queue full is dropped. */
 void sfpy_log(void *ctx, const char *level, const char *message)
 {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *r = PyObject_CallMethod(ctx, level, "s", message);
-    if (r == NULL) /* a handler that fails: say so, as logging itself does */
-        PyErr_WriteUnraisable(ctx);
-    Py_XDECREF(r);
-    PyGILState_Release(gil);
+    size_t len = strlen(message) + 1;
+    sfpy_line *line = PyMem_RawMalloc(sizeof *line + len);
+    if (line == NULL)
+        return;
+    line->pid = getpid();
+    line->logger = ctx;
+    snprintf(line->level, sizeof line->level, "%s", level);
+    memcpy(line->text, message, len);
+    if (Py_AddPendingCall(sfpy_log_pending, line) != 0)
+        PyMem_RawFree(line);
 }
 
 int sfpy_add_type(PyObject *module, PyType_Spec *spec, PyTypeObject **out)

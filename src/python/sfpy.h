@@ -66,7 +66,8 @@ static inline unsigned sfpy_forks_now(void)
 #define SFPY_NOT_READY UINT_MAX
 
 /* An sfz_log_fn: a log line of libsnowflake-zk (made from a thread of its own) to the logger
- * ctx, at its level ("error", "warning", "info"). */
+ * ctx, at its level ("error", "warning", "info"), logged by the main thread at its next step
+ * in Python (sfpy.c says why). */
 void sfpy_log(void *ctx, const char *level, const char *message);
 
 /* Raise the exception for a failed call of libsnowflake, libsnowflake-zk or

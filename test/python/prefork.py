@@ -167,10 +167,12 @@ def load(server, ids, requests, batches=BATCHES, threads=WORKERS * 2, until=None
                 if left[0] <= 0 or (until is not None and until()):
                     return
                 left[0] -= 1
+            sent = time.time()
             try:
                 status, pid, body = server.get("/ids?batches=%d" % batches)
             except OSError as e:  # a worker killed under the request: the next one goes on
-                ids.errors.append(str(e))
+                ids.errors.append("%s (after %.1f s, %s)" % (e, time.time() - sent,
+                                                             time.strftime("%H:%M:%S")))
                 continue
             if status != 200:
                 ids.errors.append("%d %s" % (status, body[:300]))
@@ -270,7 +272,7 @@ class Scenario:
         try:
             ids = Ids()
             load(server, ids, 100, batches=1)
-            assert not ids.errors, ids.errors[:5]
+            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
             nodes = sfpy_test.worker_nodes(zk, path)
             assert server.pid not in nodes.values(), "the lazy master holds %r" % nodes
             assert sorted(nodes.values()) == sorted(ids.by_pid), (nodes, list(ids.by_pid))
@@ -294,7 +296,7 @@ class Scenario:
             # Until every worker has answered (the load spreads over them, but by chance).
             load(server, ids, 2000, batches=1, until=lambda: len(ids.by_pid) >= WORKERS)
             took = time.time() - began
-            assert not ids.errors, ids.errors[:5]
+            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
             assert ids.count() >= 1000000, ids.count()
             assert len(ids.by_pid) == WORKERS, "workers that answered: %r" % list(ids.by_pid)
             nodes = sfpy_test.worker_nodes(zk, path)
@@ -322,12 +324,37 @@ class Scenario:
             assert nodes.get(dead_wid) in (victim, None), nodes
             check_pairs(ids, nodes, server.pid)
             assert not [e for e in ids.errors if not e.startswith(("[Errno", "Remote"))], \
-                ids.errors[:5]
+                "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
             # A clean stop releases every pair but the killed worker's (its session expires).
             self.check_stopped(server, zk, path, also_left={dead_wid})
         finally:
             server.kill()
             zk.stop()
+
+    def check_respawn_after_master_logged(self, path):
+        """A worker forked after the master's handle logged a line serves. The master sits in
+        the server's own code once the application is loaded (uWSGI's runs no Python at all
+        without --enable-threads), so a line bound for its logger waits there; a worker forked
+        then must not inherit that wait. ZooKeeper paused past the session makes every handle
+        log; a worker killed then is forked anew, and must answer."""
+        server = self.make("respawn", sftest.free_port(), self.env(path, 4000), ()).start()
+        try:
+            ids = Ids()
+            load(server, ids, 40, batches=1)
+            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            self.zk.freeze(6)  # past the 4 s session: the master's handle says it is fenced
+            victim = sorted(ids.by_pid)[0]
+            os.kill(victim, signal.SIGKILL)
+            wait_until(lambda: not sfpy_test.alive(victim), sftest.PATIENCE, "the worker dead")
+            before = set(ids.by_pid)
+            deadline = time.time() + sftest.PATIENCE
+            while not set(ids.by_pid) - before and time.time() < deadline:
+                load(server, ids, 40, batches=1, until=lambda: set(ids.by_pid) - before)
+            assert set(ids.by_pid) - before, (
+                "no worker forked after the master logged answered in %.0f s; the server's "
+                "log:\n%s" % (sftest.PATIENCE, server.log()))
+        finally:
+            server.kill()
 
     def check_recycling(self, path, max_requests_args):
         zk = self.zk.client()
@@ -342,7 +369,7 @@ class Scenario:
                 time.sleep(LeakWatch.GRACE_S + 1)  # the last exits' nodes judged too
             finally:
                 watch.stop()
-            assert not ids.errors, ids.errors[:5]
+            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
             assert len(ids.by_pid) > WORKERS, "no worker was recycled: %r" % list(ids.by_pid)
             assert watch.polls > 10, watch.polls
             assert not watch.leaks, "nodes outlived their workers (not released): %r" % (
@@ -374,6 +401,9 @@ def run_checks(name, make, stop_signal, recycle_args, master_exits_python=True):
 
     def check_lazy_master():
         scenario.check_lazy("/py-%s-lazy" % name)
-    for check in (check_load_and_kill, check_max_requests, check_lazy_master):
+    def check_respawn_after_master_logged():
+        scenario.check_respawn_after_master_logged("/py-%s-respawn" % name)
+    for check in (check_load_and_kill, check_max_requests, check_lazy_master,
+                  check_respawn_after_master_logged):
         r.run(check)
     r.finish()
