@@ -76,6 +76,14 @@ class Server:
         with open(self.log_file.name, errors="replace") as f:
             return "\n".join(f.read().splitlines()[-last:])
 
+    def log_size(self):
+        return os.path.getsize(self.log_file.name)
+
+    def log_since(self, offset):
+        with open(self.log_file.name, errors="replace") as f:
+            f.seek(offset)
+            return f.read()
+
     def get(self, path, timeout=sftest.PATIENCE):
         """(status, X-Pid, body) of GET path."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -252,11 +260,22 @@ class Scenario:
                                      "SFPY_SESSION_MS": str(session_ms),
                                      "SFPY_LAZY": "1" if lazy else "0"})
 
+    def stop_cleanly(self, server):
+        """Stops the server with its stop signal: the master exits 0 and no worker dies of a
+        signal on the way (gunicorn and uWSGI each log such a death in their words)."""
+        offset = server.log_size()
+        rc = server.stop(self.stop_signal)
+        after = server.log_since(offset)
+        assert rc == 0, "%s exited with %r at stop; its log:\n%s" % (server.name, rc, after)
+        deaths = [line for line in after.splitlines()
+                  if "terminated due to signal" in line or "killed by signal" in line]
+        assert not deaths, "a worker died at stop: %r; the log:\n%s" % (deaths, after)
+
     def check_stopped(self, server, zk, path, also_left=()):
         """Stops the server cleanly: every pair is released but those of also_left and, where
         the master runs no exit function, the master's."""
         master = server.pid
-        server.stop(self.stop_signal)
+        self.stop_cleanly(server)
         left = sfpy_test.worker_nodes(zk, path)
         allowed = set(also_left)
         if not self.master_exits_python:
@@ -279,7 +298,7 @@ class Scenario:
             for pid in ids.by_pid:
                 (dc, wid), = ids.pairs(pid)
                 assert nodes.get(wid) == pid, (pid, wid, nodes)
-            server.stop(self.stop_signal)
+            self.stop_cleanly(server)
             assert sfpy_test.worker_nodes(zk, path) == {}, "the stop left nodes"
         finally:
             server.kill()
@@ -353,6 +372,7 @@ class Scenario:
             assert set(ids.by_pid) - before, (
                 "no worker forked after the master logged answered in %.0f s; the server's "
                 "log:\n%s" % (sftest.PATIENCE, server.log()))
+            self.stop_cleanly(server)
         finally:
             server.kill()
 
