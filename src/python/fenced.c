@@ -438,6 +438,10 @@ void sfpy_fenced_close_all(sfpy_state *st)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(open); i++)
         sfpy_fenced_stop((sfpy_fenced *)PyList_GET_ITEM(open, i));
     Py_DECREF(open);
+    /* The stops' log lines wait for the main thread (sfpy_log), and at the interpreter's exit
+     * the pending calls were made before the exit functions ran: make them now. */
+    if (Py_MakePendingCalls() < 0)
+        PyErr_Clear();
 }
 
 /* ---- the type ---- */

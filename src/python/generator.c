@@ -42,8 +42,6 @@ static PyObject *sfpy_generator_new(PyTypeObject *type, PyObject *args, PyObject
     o.random_first_sequence = random_first != 0;
     sfpy_state *st = sfpy_state_of_type(type);
     sf_error err;
-    if (sf_worker_options_check(&o, &err) != SF_OK)
-        return sfpy_raise_sf(st, &err);
     sfpy_generator *self = (sfpy_generator *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;

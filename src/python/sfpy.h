@@ -20,8 +20,9 @@
 #include "lib/snowflake.h"
 #include "zk/snowflake_zk.h"
 
-/* The most ids one next_ids call makes, as libsnowflake-zk's and libsnowflake-client's. */
-#define SFPY_MAX_IDS 1000000
+/* The most ids one next_ids call makes: libsnowflake-zk's, and libsnowflake-client's too
+ * (its header says 1..1000000). */
+#define SFPY_MAX_IDS SFZ_MAX_IDS
 /* Batches above this (more than a millisecond's ids) are made with the GIL released. */
 #define SFPY_BATCH_UNLOCKED (SF_SEQUENCE_MASK + 1)
 

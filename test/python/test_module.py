@@ -492,7 +492,8 @@ def check_exit_releases():
     """A handle left open is closed at the interpreter's exit: its node goes at once, not at
     its session's expiry (60 s here)."""
     path = paths()
-    script = ("import snowflake\nh = snowflake.Fenced(%r, path=%r, datacenter_id=3, "
+    script = ("import logging, snowflake\nlogging.basicConfig(level=logging.INFO)\n"
+              "h = snowflake.Fenced(%r, path=%r, datacenter_id=3, "
               "session_timeout_ms=60000)\nprint(h.worker_id, flush=True)\n"
               "keep = [h, snowflake.Fenced(%r, path=%r, datacenter_id=3, lazy=True, "
               "session_timeout_ms=60000)]\nkeep[1].next_id()\nprint('ok', flush=True)\n"
@@ -506,7 +507,10 @@ def check_exit_releases():
         assert sfpy_test.worker_nodes(zk, path) == {}, "the exit left nodes"
     finally:
         zk.stop()
-    assert "released worker id" not in out.stderr  # the log lines went to logging
+    # The handles' lines reach the logger "snowflake" (basicConfig's format names it), also
+    # those of the stops made at the exit.
+    assert "INFO:snowflake:claimed worker id" in out.stderr, out.stderr
+    assert out.stderr.count("INFO:snowflake:released worker id") == 2, out.stderr
 
 
 # ---- Client ----------------------------------------------------------------------------
