@@ -154,16 +154,19 @@ static sf_http_route sf_http_route_of(const char *path, const char **key)
 static bool sf_http_accepts_text_only(const char *accept)
 {
     bool text = false, json = false;
-    char **ranges = g_strsplit(accept, ",", -1);
-    for (char **r = ranges; *r != NULL; r++) {
-        char *semicolon = strchr(*r, ';');
-        if (semicolon != NULL)
-            *semicolon = '\0';
-        g_strstrip(*r);
-        text = text || g_ascii_strcasecmp(*r, "text/plain") == 0;
-        json = json || g_ascii_strcasecmp(*r, "application/json") == 0;
+    for (const char *r = accept; *r != '\0';) { /* read in place: no copy per request */
+        size_t len = strcspn(r, ","), type = strcspn(r, ";,");
+        const char *start = r;
+        while (type > 0 && g_ascii_isspace(*start)) {
+            start++;
+            type--;
+        }
+        while (type > 0 && g_ascii_isspace(start[type - 1]))
+            type--;
+        text = text || (type == 10 && g_ascii_strncasecmp(start, "text/plain", 10) == 0);
+        json = json || (type == 16 && g_ascii_strncasecmp(start, "application/json", 16) == 0);
+        r += len + (r[len] == ',');
     }
-    g_strfreev(ranges);
     return text && !json;
 }
 

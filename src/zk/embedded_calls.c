@@ -20,15 +20,15 @@ static const char sfz_stopping_reason[] = "stopping: sfz_stop was called";
 
 int sfz_next_ids(sfz *h, int64_t *ids, size_t count, sfz_error *err)
 {
-    if (sfz_forked(h)) {
-        int rc = sfz_claim_here(h, err);
-        if (rc != SFZ_OK)
-            return rc;
-    }
     if (__builtin_expect(ids == NULL || count == 0 || count > SFZ_MAX_IDS, 0))
         return sfz_fail(err, SFZ_ERR_ARG, "asked for %zu ids into %s: 1..%d ids, into a "
                         "buffer, are allowed", count, ids == NULL ? "NULL" : "a buffer",
                         SFZ_MAX_IDS);
+    if (sfz_forked(h)) { /* a bad call claims nothing */
+        int rc = sfz_claim_here(h, err);
+        if (rc != SFZ_OK)
+            return rc;
+    }
     sfz_gate_slot *slot;
     if (!sfz_id_enter(h, &slot))
         return sfz_fail(err, SFZ_ERR_FENCED, "%s", sfz_stopping_reason);

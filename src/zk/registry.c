@@ -896,8 +896,9 @@ static void *sf_reg_thread(void *arg)
         if (slots > 0 && slots < wake)
             wake = slots;
         if (state == SF_REG_SERVING) {
-            if (sf_reg_renew_wake(r) < wake)
-                wake = sf_reg_renew_wake(r);
+            int64_t renew = sf_reg_renew_wake(r);
+            if (renew < wake)
+                wake = renew;
             if (!r->connected && r->disconnected_since + r->grace_ms < wake)
                 wake = r->disconnected_since + r->grace_ms;
             if (r->lease_until > 0 && r->lease_until < wake)

@@ -134,7 +134,8 @@ def json_and_text_shapes(srv):
     m = ID_JSON.fullmatch(body)
     assert m, body
     ids = [int(m.group(1))]
-    for opts, path in (((), "/id?format=text"), (("-H", "Accept: text/plain"), "/id")):
+    for opts, path in (((), "/id?format=text"), (("-H", "Accept: text/plain"), "/id"),
+                       (("-H", "Accept: text/html;q=0.5 ,  TEXT/Plain ; q=1"), "/id")):
         status, headers, body = curl(srv, path, *opts)
         assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8", headers
         assert re.fullmatch(r"\d+\n", body), body
@@ -147,9 +148,12 @@ def json_and_text_shapes(srv):
     status, headers, body = curl(srv, "/ids?count=4&agent=shapes", "-H", "Accept: text/plain")
     assert status == 200 and re.fullmatch(r"(\d+\n){4}", body), body
     ids += [int(i) for i in body.split()]
-    _, headers, body = curl(srv, "/id", "-H", "Accept: text/plain, application/json")
-    assert ID_JSON.fullmatch(body) and headers["content-type"] == "application/json", body
-    ids.append(int(ID_JSON.fullmatch(body).group(1)))
+    for accept in ("text/plain, application/json", "text/plainx", " application/json;q=0.1,"
+                   "text/plain"):
+        _, headers, body = curl(srv, "/id", "-H", "Accept: " + accept)
+        assert ID_JSON.fullmatch(body) and headers["content-type"] == "application/json", \
+            (accept, body)
+        ids.append(int(ID_JSON.fullmatch(body).group(1)))
     _, headers, body = curl(srv, "/id?format=json", "-H", "Accept: text/plain")
     assert ID_JSON.fullmatch(body), body
     ids.append(int(ID_JSON.fullmatch(body).group(1)))
