@@ -61,18 +61,18 @@ static char *sf_admin_render_info(sf_admin *a)
 {
     GString *out = g_string_new("{\"name\":\"snowflaked\",\"version\":");
     g_mutex_lock(&a->info_lock);
-    sf_admin_json_string(out, a->version != NULL ? a->version : "unknown");
+    sf_json_text(out, a->version != NULL ? a->version : "unknown");
     g_string_append(out, ",\"build\":");
-    sf_admin_json_string(out, a->build != NULL ? a->build : "unknown");
+    sf_json_text(out, a->build != NULL ? a->build : "unknown");
     g_string_append(out, ",\"commit\":");
-    sf_admin_json_string(out, a->commit != NULL ? a->commit : "unknown");
+    sf_json_text(out, a->commit != NULL ? a->commit : "unknown");
     g_string_append(out, ",\"node\":");
-    sf_admin_json_string(out, a->node != NULL ? a->node : "");
+    sf_json_text(out, a->node != NULL ? a->node : "");
     g_mutex_unlock(&a->info_lock);
     GDateTime *start = g_date_time_new_from_unix_utc(a->start_unix_us / G_USEC_PER_SEC);
     char *when = start != NULL ? g_date_time_format_iso8601(start) : g_strdup("unknown");
     g_string_append(out, ",\"start_time\":");
-    sf_admin_json_string(out, when);
+    sf_json_text(out, when);
     g_string_append_printf(out, ",\"start_time_ms\":%" G_GINT64_FORMAT
                            ",\"uptime_ms\":%" G_GINT64_FORMAT "}\n",
                            a->start_unix_us / 1000, (g_get_real_time() - a->start_unix_us) / 1000);

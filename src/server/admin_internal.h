@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "admin.h"
+#include "json_text.h"
 #include "latency.h"
 
 typedef struct sf_admin_item {
@@ -71,10 +72,9 @@ void sf_admin_prom_labels(GString *out, const char *const *labels);
 
 /* ---- the renderers: each returns the body, newly allocated. */
 
-/* admin_render.c: /stats.json and /stats.txt in the original's shapes; a JSON string. */
+/* admin_render.c: /stats.json and /stats.txt in the original's shapes. */
 char *sf_admin_render_json(const sf_admin_snapshot *snap);
 char *sf_admin_render_text(const sf_admin_snapshot *snap);
-void sf_admin_json_string(GString *out, const char *s);
 
 /* /metrics in the Prometheus text format (admin_prom.c). */
 char *sf_admin_render_prometheus(const sf_admin_snapshot *snap);

@@ -1,6 +1,5 @@
 /* admin_render.c -- /stats.json and /stats.txt (and /stats) in the original admin service's
- * shapes, rendered from a snapshot (admin_snapshot.c), and the JSON string literal every
- * JSON answer of the endpoint writes its text with. */
+ * shapes, rendered from a snapshot (admin_snapshot.c). */
 #include "admin_internal.h"
 
 /* The percentiles of a timing, named as the original's admin service named them. */
@@ -20,20 +19,6 @@ static void sf_admin_histogram_text_row(GString *out, const sf_admin_histogram *
                                cumulative);
     else
         g_string_append_printf(out, "count=%" G_GUINT64_FORMAT ", ", cumulative);
-}
-
-void sf_admin_json_string(GString *out, const char *s)
-{
-    g_string_append_c(out, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            g_string_append_printf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            g_string_append_printf(out, "\\u%04x", *p);
-        else
-            g_string_append_c(out, (char)*p);
-    }
-    g_string_append_c(out, '"');
 }
 
 /* The key of an item as /stats.json and /stats.txt show it, newly allocated. */
@@ -83,7 +68,7 @@ static void sf_admin_json_timings(GString *out, const sf_admin_snapshot *snap)
         const sf_admin_timing *t = &g_array_index(snap->timings, sf_admin_timing, i);
         if (i > 0)
             g_string_append_c(out, ',');
-        sf_admin_json_string(out, t->name);
+        sf_json_text(out, t->name);
         g_string_append(out, ":{");
         sf_admin_timing_fields(t->figures, sf_admin_json_field, out);
         g_string_append_c(out, '}');
@@ -110,7 +95,7 @@ char *sf_admin_render_json(const sf_admin_snapshot *snap)
             if (!first)
                 g_string_append_c(out, ',');
             first = FALSE;
-            sf_admin_json_string(out, key);
+            sf_json_text(out, key);
             g_string_append_printf(out, ":%" G_GINT64_FORMAT, item->value);
             g_free(key);
         }

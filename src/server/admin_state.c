@@ -7,7 +7,7 @@ static void sf_admin_state_string(GString *out, const char *key, const char *val
 {
     g_string_append_printf(out, ",\"%s\":", key);
     if (value != NULL)
-        sf_admin_json_string(out, value);
+        sf_json_text(out, value);
     else
         g_string_append(out, "null");
 }
@@ -16,7 +16,7 @@ char *sf_admin_render_state(const sf_admin_snapshot *snap, const char *node, int
 {
     const sf_admin_state *st = &snap->state;
     GString *out = g_string_new("{\"node\":");
-    sf_admin_json_string(out, node != NULL ? node : "");
+    sf_json_text(out, node != NULL ? node : "");
     g_string_append_printf(out, ",\"serving\":%s", snap->serving ? "true" : "false");
     sf_admin_state_string(out, "reason", snap->serving ? NULL : snap->reason);
     sf_admin_state_string(out, "reason_code", snap->has_state ? st->reason_code : NULL);
@@ -29,7 +29,7 @@ char *sf_admin_render_state(const sf_admin_snapshot *snap, const char *node, int
     g_string_append(out, ",\"worker_ids\":");
     if (snap->has_state && st->worker_id_path != NULL && st->worker_ids_taken >= 0) {
         g_string_append(out, "{\"path\":");
-        sf_admin_json_string(out, st->worker_id_path);
+        sf_json_text(out, st->worker_id_path);
         g_string_append_printf(out, ",\"taken\":%" G_GINT64_FORMAT ",\"free\":%" G_GINT64_FORMAT
                                ",\"current\":%s}", st->worker_ids_taken,
                                st->worker_ids_total - st->worker_ids_taken,

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "json_text.h"
+
 /* Ids as text: at most 19 digits (INT64_MAX). */
 #define SF_HTTP_ID_DIGITS 19
 /* The longest count quoted back in a refusal. */
@@ -53,38 +55,14 @@ void sf_http_budget_give(sf_http_budget *b, size_t n)
         atomic_fetch_sub_explicit(&b->used, n, memory_order_relaxed);
 }
 
-/* Appends s as a JSON string: bytes that are not UTF-8 become U+FFFD; quotes, backslashes
- * and control characters are escaped; runs of other bytes go in whole. */
-static void sf_http_json_text(GString *out, const char *s)
-{
-    char *valid = g_utf8_make_valid(s, -1);
-    const char *run = valid;
-    g_string_append_c(out, '"');
-    for (const char *p = valid;; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c != '\0' && c != '"' && c != '\\' && c >= 0x20 && c != 0x7f)
-            continue;
-        g_string_append_len(out, run, p - run);
-        if (c == '\0')
-            break;
-        if (c == '"' || c == '\\')
-            g_string_append_printf(out, "\\%c", c);
-        else
-            g_string_append_printf(out, "\\u%04x", c);
-        run = p + 1;
-    }
-    g_string_append_c(out, '"');
-    g_free(valid);
-}
-
 /* Makes out an error: status, the error's name and the reason, as JSON. */
 static void sf_http_refuse(sf_http_answer *out, sf_http_budget *budget, unsigned status,
                            const char *error, const char *reason)
 {
     GString *body = g_string_new("{\"error\":");
-    sf_http_json_text(body, error);
+    sf_json_text(body, error);
     g_string_append(body, ",\"reason\":");
-    sf_http_json_text(body, reason);
+    sf_json_text(body, reason);
     g_string_append(body, "}\n");
     out->status = status;
     out->content_type = SF_HTTP_JSON;

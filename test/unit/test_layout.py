@@ -34,6 +34,7 @@ PUBLIC = {
 # given, as Redis's ae.c does: it never names the connections or threads it serves.
 BELOW = {
     "server/ratelog": {"common/clocks"},
+    "server/json_text": set(),
     "server/uring": set(),
     "server/loop": {"server/uring"},
     "server/loop_epoll": {"server/loop"},
