@@ -190,15 +190,7 @@ static enum MHD_Result sf_admin_request(void *cls, struct MHD_Connection *conn, 
 static void sf_admin_log(void *cls, const char *fmt, va_list ap)
 {
     sf_admin *a = cls;
-    uint64_t suppressed;
-    if (!sf_ratelog_allow(&a->log_limit, SF_RATELOG_INTERVAL_MS, &suppressed))
-        return;
-    char *msg = g_strdup_vprintf(fmt, ap);
-    g_strchomp(msg);
-    char note[64];
-    sf_ratelog_note(suppressed, note, sizeof note);
-    g_warning("admin endpoint: %s%s", msg, note);
-    g_free(msg);
+    sf_ratelog_logv(&a->log_limit, G_LOG_LEVEL_WARNING, "admin endpoint: ", fmt, ap);
 }
 
 sf_admin *sf_admin_start(const char *bind_address, int port, sf_admin_collect_fn collect,

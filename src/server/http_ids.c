@@ -102,9 +102,7 @@ static sf_http_stripe *sf_http_my_stripe(sf_http_ids *s)
 static void sf_http_library_log(void *cls, const char *fmt, va_list ap)
 {
     sf_http_ids *s = cls;
-    char *line = g_strdup_vprintf(fmt, ap);
-    sf_ratelog_log(&s->library_log, G_LOG_LEVEL_WARNING, "HTTP ids port: %s", g_strchomp(line));
-    g_free(line);
+    sf_ratelog_logv(&s->library_log, G_LOG_LEVEL_WARNING, "HTTP ids port: ", fmt, ap);
 }
 
 /* ---- connections ---------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #ifndef SF_RATELOG_H
 #define SF_RATELOG_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,18 +20,14 @@ typedef struct sf_ratelog {
 /* The default interval between two lines of one kind. */
 #define SF_RATELOG_INTERVAL_MS 1000
 
-/* TRUE when a line may be written now (at most one per interval_ms, from any thread);
- * *suppressed then receives how many were held back since the last one. FALSE counts
- * this one as held back. */
-bool sf_ratelog_allow(sf_ratelog *rl, int64_t interval_ms, uint64_t *suppressed);
-
-/* Writes " (N similar lines suppressed)" into buf (or "" when n is 0), for appending to
- * the line that goes through. */
-void sf_ratelog_note(uint64_t n, char *buf, unsigned long size);
-
 /* Logs a line (g_log at level) through rl at SF_RATELOG_INTERVAL_MS: at most one line of
  * its kind a second, the next one saying how many were held back. */
 void sf_ratelog_log(sf_ratelog *rl, GLogLevelFlags level, const char *fmt, ...)
     G_GNUC_PRINTF(3, 4);
+
+/* The same for a library's log callback: prefix, then the line fmt and ap make without its
+ * trailing newline; a line held back is not even formatted. */
+void sf_ratelog_logv(sf_ratelog *rl, GLogLevelFlags level, const char *prefix, const char *fmt,
+                     va_list ap) G_GNUC_PRINTF(4, 0);
 
 #endif /* SF_RATELOG_H */
