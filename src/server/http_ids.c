@@ -20,12 +20,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/bindaddr.h"
 #include "common/clocks.h"
+#include "fdlimit.h"
 #include "http_answer.h"
 #include "ratelog.h"
 
@@ -38,9 +38,6 @@ static const unsigned sf_http_statuses[SF_HTTP_STATUSES] = {200, 400, 404, 405, 
 #define SF_HTTP_TIMED 3
 static const char *const sf_http_timed_names[SF_HTTP_TIMED] = {"http_id", "http_ids",
                                                                "http_leaf"};
-/* Descriptors kept out of max_connections' reach, as the Thrift port keeps them: the
- * listeners, the admin endpoint, ZooKeeper, the log; and 2 a thread (epoll and its wake-up). */
-#define SF_HTTP_FD_RESERVE 96
 #define SF_HTTP_BACKLOG 1024
 /* How long the listener rests after accept() ran out of descriptors or memory. */
 #define SF_HTTP_ACCEPT_BACKOFF_MS 100
@@ -394,23 +391,6 @@ static enum MHD_Result sf_http_on_request(void *cls, struct MHD_Connection *conn
 
 /* ---- start and stop ------------------------------------------------------------------- */
 
-/* Lowers max_connections to the descriptors the process may open, less those kept for the
- * rest, logging it once (the Thrift port has raised the soft limit as far as it may). */
-static void sf_http_fit_descriptors(sf_http_options *o)
-{
-    struct rlimit rl;
-    rlim_t kept = SF_HTTP_FD_RESERVE + 2 * (rlim_t)o->threads;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-        rl.rlim_cur >= (rlim_t)o->max_connections + kept)
-        return;
-    int fit = rl.rlim_cur > kept + 16 ? (int)(rl.rlim_cur - kept) : 16;
-    g_warning("[http] max_connections = %d does not fit the open-file limit of %lu less %lu "
-              "kept for the rest: the HTTP ids port serves at most %d connections (the Thrift "
-              "port's share the same limit); raise LimitNOFILE= to serve more",
-              o->max_connections, (unsigned long)rl.rlim_cur, (unsigned long)kept, fit);
-    o->max_connections = fit;
-}
-
 /* A socket listening on address:port. -1 with *error naming them. */
 static int sf_http_listen(const sf_http_options *o, GError **error)
 {
@@ -478,7 +458,8 @@ sf_http_ids *sf_http_ids_start(const sf_http_options *o, SfHandler *h, GError **
     for (int i = 0; i < SF_HTTP_STRIPES; i++)
         for (int t = 0; t < SF_HTTP_TIMED; t++)
             sf_latency_init(&s->stripes[i].timings[t]);
-    sf_http_fit_descriptors(&s->opts);
+    sf_fdlimit_fit(&(sf_fdlimit_port){"[http] max_connections", &s->opts.max_connections,
+                                      SF_HTTP_THREAD_FDS * s->opts.threads}, 1);
     s->listen_fd = sf_http_listen(&s->opts, error);
     if (s->listen_fd < 0) {
         sf_http_ids_stop(s);

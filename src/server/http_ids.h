@@ -40,6 +40,10 @@ typedef struct sf_http_ids_stats {
 #undef SF_HTTP_IDS_STATS_FIELD
 } sf_http_ids_stats;
 
+/* Descriptors a thread holds beside its connections (its epoll and its wake-up): what
+ * fdlimit.h counts for the port. */
+#define SF_HTTP_THREAD_FDS 2
+
 /* Binds o->bind_address:o->port (o->port must not be 0) and starts answering with ids from
  * h, which must outlive the listener. NULL with *error set, naming the address or the
  * setting, when a setting is out of range or the port cannot be bound. */

@@ -11,51 +11,13 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/bindaddr.h"
 #include "common/clocks.h"
+#include "fdlimit.h"
 #include "rpc/bounded_protocol.h"
-
-/* Raises the soft open-file limit toward the hard one, so that an operator's default
- * `ulimit -n` of 1024 does not cap a server configured for more, then clamps
- * max_connections to the descriptors left after SF_FD_RESERVE, logging the clamp once:
- * past that, accept() would fail with EMFILE, and the admin endpoint and ZooKeeper would
- * have none left either. */
-static void sf_server_fit_descriptors(sf_server_options *o)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
-        g_warning("cannot read the open-file limit: %s; max_connections = %d is not checked "
-                  "against it", g_strerror(errno), o->max_connections);
-        return;
-    }
-    rlim_t want = (rlim_t)o->max_connections + SF_FD_RESERVE + 4 * (rlim_t)o->threads;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
-        struct rlimit raised = rl;
-        raised.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
-        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
-            rl = raised;
-        else
-            g_warning("cannot raise the open-file limit from %lu to %lu: %s",
-                      (unsigned long)rl.rlim_cur, (unsigned long)raised.rlim_cur,
-                      g_strerror(errno));
-    }
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
-        return;
-    rlim_t kept = SF_FD_RESERVE + 4 * (rlim_t)o->threads;
-    int fit = rl.rlim_cur > kept + 16 ? (int)(rl.rlim_cur - kept) : 16;
-    g_warning("max_connections = %d does not fit the open-file limit of %lu (ulimit -n; hard "
-              "limit %lu) less %lu descriptors kept for the listener, the admin endpoint and "
-              "ZooKeeper: serving at most %d connections; raise the hard limit (ulimit -Hn, "
-              "systemd LimitNOFILE=) to serve more",
-              o->max_connections, (unsigned long)rl.rlim_cur,
-              rl.rlim_max == RLIM_INFINITY ? 0ul : (unsigned long)rl.rlim_max,
-              (unsigned long)kept, fit);
-    o->max_connections = fit;
-}
 
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
                          GError **error)
@@ -67,7 +29,8 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     }
     sf_server *s = g_new0(sf_server, 1);
     s->opts = *opts;
-    sf_server_fit_descriptors(&s->opts);
+    sf_fdlimit_fit(&(sf_fdlimit_port){"max_connections", &s->opts.max_connections,
+                                      SF_SERVER_THREAD_FDS * s->opts.threads}, 1);
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (s->reserve_fd < 0)
         g_warning("cannot open /dev/null for a reserve descriptor: %s", g_strerror(errno));

@@ -12,6 +12,10 @@
 
 typedef struct sf_server sf_server;
 
+/* Descriptors a thread holds beside its connections (its loop, its wake-up, spares for
+ * accept()'s reserve): what fdlimit.h counts for the port. */
+#define SF_SERVER_THREAD_FDS 4
+
 /* The server's counters, each named once: X(name, help). Each is a field of
  * sf_server_stats, a per-thread atomic inside the server, and a counter of the admin
  * endpoint under that name. */

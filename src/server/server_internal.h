@@ -37,9 +37,6 @@
 #define SF_LISTEN_BACKLOG 1024
 /* How often a failure to listen again (the port taken meanwhile) is retried and logged. */
 #define SF_LISTEN_RETRY_LOG_MS 5000
-/* Descriptors kept out of max_connections' reach: the listener, each thread's epoll and
- * eventfd, the admin endpoint (64 connections and its own), ZooKeeper, the log. */
-#define SF_FD_RESERVE 96
 /* How long the listener rests after accept() ran out of descriptors or memory. */
 #define SF_ACCEPT_BACKOFF_MS 100
 

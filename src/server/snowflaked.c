@@ -16,6 +16,7 @@
 #include "audit.h"
 #include "config.h"
 #include "direct_codec.h"
+#include "fdlimit.h"
 #include "handler.h"
 #include "history.h"
 #include "http_ids.h"
@@ -223,6 +224,15 @@ static gboolean sf_daemon_start_http(sf_daemon *d)
 static gboolean sf_daemon_listen(sf_daemon *d)
 {
     GError *err = NULL;
+    /* Both ports' connections fitted together, before either starts, so that the two full
+     * leave ZooKeeper and the admin endpoint their descriptors. */
+    sf_fdlimit_port ports[] = {
+        {"max_connections", &d->cfg.server.max_connections,
+         SF_SERVER_THREAD_FDS * d->cfg.server.threads},
+        {"[http] max_connections", &d->cfg.http.max_connections,
+         SF_HTTP_THREAD_FDS * d->cfg.http.threads},
+    };
+    sf_fdlimit_fit(ports, d->cfg.http.port != 0 ? 2 : 1);
     ThriftProcessor *proc =
         g_object_new(SF_THRIFT_TYPE_SNOWFLAKE_PROCESSOR, "handler", d->handler, NULL);
     sf_server_options so = d->cfg.server; /* the settings, and how the port follows the gate */

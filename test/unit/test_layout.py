@@ -35,6 +35,7 @@ PUBLIC = {
 BELOW = {
     "server/ratelog": {"common/clocks"},
     "server/json_text": set(),
+    "server/fdlimit": set(),
     "server/uring": set(),
     "server/loop": {"server/uring"},
     "server/loop_epoll": {"server/loop"},
