@@ -77,7 +77,8 @@ static void *fork_once(void *unused)
     if (pid == 0)
         _exit(0);
     int status;
-    return (void *)(intptr_t)(pid > 0 && waitpid(pid, &status, 0) == pid);
+    return (void *)(intptr_t)(pid > 0 && waitpid(pid, &status, 0) == pid &&
+                              WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Child handlers run in the order they were registered, so a program's own runs before the
@@ -106,7 +107,7 @@ START_TEST(child_handler_registered_first_gets_no_id)
             ck_assert_int_eq(pthread_create(&t, NULL, fork_once, NULL), 0);
             ck_assert_int_eq(pthread_join(t, &forked), 0);
         }
-        ck_assert_msg(forked != NULL, "fork failed");
+        ck_assert_msg(forked != NULL, "fork failed, or the child did not exit 0");
         ck_assert_msg(early->rc != 1, "the child handler did not run");
         given += early->rc == SFZ_OK;
         if (i == 0)
@@ -275,8 +276,9 @@ START_TEST(fork_child_is_refused_and_starts_its_own)
                   rep->state_fd == -1, "the child's state: serving %d, worker %" PRId64 "/%"
                   PRId64 ", fd %d", rep->state_serving, rep->state_worker_id, rep->worker_id,
                   rep->state_fd);
-    ck_assert_msg(stopped && rep->stopped, "the child did not stop the parent's handle and start "
-                  "its own within 30 s (sfz_stop returned: %d; its end: %s %d)", rep->stopped,
+    ck_assert_msg(stopped && rep->stopped && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the child did not stop the parent's handle and start its own within 30 s, "
+                  "then exit 0 (sfz_stop returned: %d; its end: %s %d)", rep->stopped,
                   WIFSIGNALED(status) ? "signal" : "exit status",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     ck_assert_msg(rep->own_rc == SFZ_OK, "the child's own handle: %s", rep->own_message);
@@ -452,6 +454,8 @@ static void inherited_descriptors(bool spawn, char *out, size_t outlen)
     close(p[0]);
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ls of /proc/self/fd ended "
+                  "with status %d", status);
     out[0] = '\0';
     for (char *line = strtok(listing, "\n"); line != NULL; line = strtok(NULL, "\n")) {
         char *arrow = strstr(line, " -> ");
