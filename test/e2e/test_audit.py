@@ -74,6 +74,9 @@ class Receiver:
             self.released.wait(sftest.PATIENCE)
         time.sleep(self.delay_s)
         with self.lock:
+            # One answer for the whole call: the test may clear refusing while a call is
+            # being read, and an entry counted refused in a call answered OK is lost.
+            refusing = self.refusing
             self.calls += 1
             for m in messages:
                 self.categories.add(m.category)
@@ -83,11 +86,11 @@ class Receiver:
                 raw = base64.b64decode(m.message[:-1])
                 entry = AuditLogEntry()
                 entry.read(TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(raw)))
-                if self.refusing:
+                if refusing:
                     self.refused[entry.id] = entry.tag
                 else:
                     self.entries.append(entry)
-            answer = ResultCode.TRY_LATER if self.refusing else ResultCode.OK
+            answer = ResultCode.TRY_LATER if refusing else ResultCode.OK
             if held:
                 self.refusing = False
             return answer
