@@ -880,7 +880,8 @@ START_TEST(startup_sleep_holds_without_serving)
 END_TEST
 
 /* A child that starts a handle, says "r" when serving, then answers every byte it reads with
- * the code of one sfz_next_id. Dies with the test. */
+ * the code of one sfz_next_id; stops the handle and exits 0 once its input closes. Dies with
+ * the test. */
 static pid_t frozen_child_start(const char *hosts, int *to_child, int *from_child)
 {
     int down[2], up[2];
@@ -909,6 +910,7 @@ static pid_t frozen_child_start(const char *hosts, int *to_child, int *from_chil
             if (write(up[1], &rc, sizeof rc) != (ssize_t)sizeof rc)
                 break;
         }
+        sfz_stop(h); /* after the freeze: the session it stops may be long gone */
         _exit(0);
     }
     close(down[0]);
@@ -954,9 +956,12 @@ START_TEST(frozen_past_the_session_refuses_on_waking)
     ck_assert_int_eq(read(from, &rc, sizeof rc), (ssize_t)sizeof rc);
     close(to);
     close(from);
-    waitpid(pid, NULL, 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(rc == SFZ_ERR_FENCED, "an id (rc %d) handed out right after a 3.5 s freeze "
                   "on a 2 s session", rc);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the frozen child's stop "
+                  "ended with status %#x", status);
 }
 END_TEST
 
