@@ -2,6 +2,7 @@
 real snowflaked on a free loopback port, talk to it through the Python client
 generated from thrift/snowflake.thrift, and count passes and failures."""
 import atexit
+import json
 import os
 import re
 import shlex
@@ -303,6 +304,12 @@ class Server:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+    def ids_made(self, agent):
+        """The ids handed out so far under agent, from the admin port's counters."""
+        status, body = self.http("/stats.json")
+        assert status == 200, (status, body)
+        return json.loads(body)["counters"].get("ids_generated_" + agent, 0)
 
 
 def gives_an_id(server, agent="sftest"):

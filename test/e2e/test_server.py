@@ -415,14 +415,17 @@ def test_max_connections(srv):
 # ---- SIGTERM -----------------------------------------------------------------
 
 def test_sigterm_answers_in_flight_and_exits_0():
-    srv = Server(worker_id=WORKER, datacenter_id=DATACENTER).start()
+    srv = Server(worker_id=WORKER, datacenter_id=DATACENTER, admin=True).start()
     try:
         idle = raw_connect(srv.port)
         client = sftest.Client(srv.port)
         payload = b"".join(encode_call(i + 1, lambda c: c.send_get_ids("infra-dm", 1000))
                            for i in range(20))
         client.socket.handle.sendall(payload)
-        time.sleep(0.2)
+        # Made, not yet read by the client: a request read after SIGTERM is refused
+        # "stopping", and a connection not yet held by a thread is closed unanswered.
+        sftest.wait_until(lambda: srv.ids_made("infra-dm") == 20000, sftest.PATIENCE,
+                          "20 batches made")
         srv.proc.send_signal(15)
         for i in range(20):
             _, _, seqid = client.protocol.readMessageBegin()
@@ -430,7 +433,7 @@ def test_sigterm_answers_in_flight_and_exits_0():
             result.read(client.protocol)
             client.protocol.readMessageEnd()
             assert seqid == i + 1 and result.success is not None and len(result.success) == 1000, (seqid, result)
-        rc = srv.proc.wait(10)
+        rc = srv.proc.wait(sftest.PATIENCE)
         assert rc == 0, "exit status %s after SIGTERM; log:\n%s" % (rc, srv.log())
         client.close()
         idle.close()
