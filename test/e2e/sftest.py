@@ -474,11 +474,13 @@ class Runner:
 
 
 def wait_until(cond, timeout, what):
-    """Polls cond() every 50 ms until it is true; fails with "not <what>" after timeout s."""
+    """Polls cond() every 50 ms until it is true, and returns what it returned; fails with
+    "not <what>" after timeout s."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if cond():
-            return
+        got = cond()
+        if got:
+            return got
         time.sleep(0.05)
     raise AssertionError("not %s within %.0f s" % (what, timeout))
 
