@@ -22,8 +22,8 @@ typedef struct sf_fdlimit_port {
 
 /* Fits every port's max_connections at once: raises the soft limit toward what all want
  * (never past the hard one), then lowers each in proportion to its wish, logging a warning
- * for each one lowered. A port fitted alone by its own start (sf_server_new, the HTTP ids
- * port) finds nothing more to do once the daemon fitted them together. */
+ * for each one lowered. The daemon calls it once, before it starts the ports: a port takes
+ * the max_connections it is given (sf_server_new, sf_http_ids_start). */
 void sf_fdlimit_fit(sf_fdlimit_port *ports, size_t n);
 
 #endif

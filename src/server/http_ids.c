@@ -25,7 +25,6 @@
 
 #include "common/bindaddr.h"
 #include "common/clocks.h"
-#include "fdlimit.h"
 #include "http_answer.h"
 #include "ratelog.h"
 
@@ -458,8 +457,6 @@ sf_http_ids *sf_http_ids_start(const sf_http_options *o, SfHandler *h, GError **
     for (int i = 0; i < SF_HTTP_STRIPES; i++)
         for (int t = 0; t < SF_HTTP_TIMED; t++)
             sf_latency_init(&s->stripes[i].timings[t]);
-    sf_fdlimit_fit(&(sf_fdlimit_port){"[http] max_connections", &s->opts.max_connections,
-                                      SF_HTTP_THREAD_FDS * s->opts.threads}, 1);
     s->listen_fd = sf_http_listen(&s->opts, error);
     if (s->listen_fd < 0) {
         sf_http_ids_stop(s);

@@ -45,7 +45,8 @@ typedef struct sf_http_ids_stats {
 #define SF_HTTP_THREAD_FDS 2
 
 /* Binds o->bind_address:o->port (o->port must not be 0) and starts answering with ids from
- * h, which must outlive the listener. NULL with *error set, naming the address or the
+ * h, which must outlive the listener. o->max_connections is taken as given: fit it to the
+ * open-file limit first (fdlimit.h). NULL with *error set, naming the address or the
  * setting, when a setting is out of range or the port cannot be bound. */
 sf_http_ids *sf_http_ids_start(const sf_http_options *o, SfHandler *h, GError **error);
 

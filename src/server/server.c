@@ -16,7 +16,6 @@
 
 #include "common/bindaddr.h"
 #include "common/clocks.h"
-#include "fdlimit.h"
 #include "rpc/bounded_protocol.h"
 
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
@@ -29,8 +28,6 @@ sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *process
     }
     sf_server *s = g_new0(sf_server, 1);
     s->opts = *opts;
-    sf_fdlimit_fit(&(sf_fdlimit_port){"max_connections", &s->opts.max_connections,
-                                      SF_SERVER_THREAD_FDS * s->opts.threads}, 1);
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (s->reserve_fd < 0)
         g_warning("cannot open /dev/null for a reserve descriptor: %s", g_strerror(errno));

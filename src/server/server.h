@@ -45,7 +45,8 @@ typedef struct sf_server_stats {
 } sf_server_stats;
 
 /* Binds, and listens when listen_at_start (nothing is served yet). processor is referenced and
- * shared by the threads. Returns NULL with *error set, naming the address and
+ * shared by the threads. max_connections is taken as given: fit it to the open-file limit
+ * first (fdlimit.h). Returns NULL with *error set, naming the address and
  * the reason, when the options are out of range or the bind fails. */
 sf_server *sf_server_new(const sf_server_options *opts, ThriftProcessor *processor,
                          GError **error);
