@@ -193,6 +193,13 @@ def load(server, ids, requests, batches=BATCHES, threads=WORKERS * 2, until=None
         t.join()
 
 
+def assert_no_errors(ids, server, but=()):
+    """No request failed, but those whose error starts with one of but; else fails with the
+    first errors and the server's log."""
+    errors = [e for e in ids.errors if not e.startswith(but)]
+    assert not errors, "%r; the server's log:\n%s" % (errors[:5], server.log())
+
+
 def check_pairs(ids, nodes, master):
     """Each worker that answered holds a pair of its own, named in ZooKeeper by its pid, and
     carried by every id it gave; none is the master's."""
@@ -291,7 +298,7 @@ class Scenario:
         try:
             ids = Ids()
             load(server, ids, 100, batches=1)
-            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            assert_no_errors(ids, server)
             nodes = sfpy_test.worker_nodes(zk, path)
             assert server.pid not in nodes.values(), "the lazy master holds %r" % nodes
             assert sorted(nodes.values()) == sorted(ids.by_pid), (nodes, list(ids.by_pid))
@@ -315,7 +322,7 @@ class Scenario:
             # Until every worker has answered (the load spreads over them, but by chance).
             load(server, ids, 2000, batches=1, until=lambda: len(ids.by_pid) >= WORKERS)
             took = time.time() - began
-            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            assert_no_errors(ids, server)
             assert ids.count() >= 1000000, ids.count()
             assert len(ids.by_pid) == WORKERS, "workers that answered: %r" % list(ids.by_pid)
             nodes = sfpy_test.worker_nodes(zk, path)
@@ -342,8 +349,7 @@ class Scenario:
             # Its session not expired yet, the dead worker's node keeps its id from others.
             assert nodes.get(dead_wid) in (victim, None), nodes
             check_pairs(ids, nodes, server.pid)
-            assert not [e for e in ids.errors if not e.startswith(("[Errno", "Remote"))], \
-                "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            assert_no_errors(ids, server, but=("[Errno", "Remote"))
             # A clean stop releases every pair but the killed worker's (its session expires).
             self.check_stopped(server, zk, path, also_left={dead_wid})
         finally:
@@ -360,7 +366,7 @@ class Scenario:
         try:
             ids = Ids()
             load(server, ids, 40, batches=1)
-            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            assert_no_errors(ids, server)
             self.zk.freeze(6)  # past the 4 s session: the master's handle says it is fenced
             victim = sorted(ids.by_pid)[0]
             os.kill(victim, signal.SIGKILL)
@@ -389,7 +395,7 @@ class Scenario:
                 time.sleep(LeakWatch.GRACE_S + 1)  # the last exits' nodes judged too
             finally:
                 watch.stop()
-            assert not ids.errors, "%r; the server's log:\n%s" % (ids.errors[:5], server.log())
+            assert_no_errors(ids, server)
             assert len(ids.by_pid) > WORKERS, "no worker was recycled: %r" % list(ids.by_pid)
             assert watch.polls > 10, watch.polls
             assert not watch.leaks, "nodes outlived their workers (not released): %r" % (
