@@ -101,11 +101,17 @@ class Server:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                where = _group_waits(self.proc.pid)
                 self.kill()
-                raise AssertionError("%s did not stop within %.0f s of signal %d; log:\n%s"
-                                     % (self.name, timeout, sig, self.log()))
+                raise AssertionError("%s did not stop within %.0f s of signal %d; where its "
+                                     "processes waited:\n%s\nlog:\n%s"
+                                     % (self.name, timeout, sig, where, self.log()))
         self.kill()  # any worker left behind by the master
         return self.proc.returncode
+
+    def workers(self):
+        """The pids of the master's live children: its workers, answered or not."""
+        return {pid for pid, ppid, state in _processes() if ppid == self.pid and state != "Z"}
 
     def kill(self):
         if self in _servers:
@@ -120,15 +126,48 @@ class Server:
         wait_until(lambda: not _group_alive(self.proc.pid), sftest.PATIENCE, "the group gone")
 
 
-def _group_alive(pgid):
+def _processes():
+    """(pid, parent pid, state) of every process, from /proc."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getpgid(int(entry)) == pgid and sfpy_test.alive(int(entry)):
-                    return True
-            except ProcessLookupError:
+                with open("/proc/%s/stat" % entry) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
                 continue
-    return False
+            yield int(entry), int(fields[1]), fields[0]
+
+
+def _group(pgid):
+    """(pid, parent pid, state) of every process of group pgid."""
+    for pid, ppid, state in _processes():
+        try:
+            if os.getpgid(pid) == pgid:
+                yield pid, ppid, state
+        except ProcessLookupError:
+            continue
+
+
+def _group_alive(pgid):
+    return any(state != "Z" for _, _, state in _group(pgid))
+
+
+def _group_waits(pgid):
+    """One line per process of the group: its pid, parent, state and the kernel function
+    each of its threads waits in, which tells a worker idle in its loop (a signal it never
+    handled) from one blocked in a call."""
+    lines = []
+    for pid, ppid, state in sorted(_group(pgid)):
+        try:
+            waits = []
+            for task in sorted(os.listdir("/proc/%d/task" % pid), key=int):
+                with open("/proc/%d/task/%s/wchan" % (pid, task)) as f:
+                    waits.append(f.read() or "-")
+        except OSError:
+            continue
+        lines.append("  pid %d (parent %d, state %s): threads in %s"
+                     % (pid, ppid, state, ", ".join(waits)))
+    return "\n".join(lines) or "  (no process left)"
 
 
 class Ids:
@@ -361,23 +400,30 @@ class Scenario:
         the server's own code once the application is loaded (uWSGI's runs no Python at all
         without --enable-threads), so a line bound for its logger waits there; a worker forked
         then must not inherit that wait. ZooKeeper paused past the session makes every handle
-        log; a worker killed then is forked anew, and must answer."""
+        log; a worker killed then is forked anew, and must answer.
+
+        The new worker is told from the old ones by the process table, not by who answered
+        before: an old worker the first requests missed would pass for it, and the stop then
+        reach the master while it forks the new one. Both servers lose a stop signal that
+        lands then on the worker being forked, and wait out their graceful timeout for it."""
         server = self.make("respawn", sftest.free_port(), self.env(path, 4000), ()).start()
         try:
             ids = Ids()
             load(server, ids, 40, batches=1)
             assert_no_errors(ids, server)
             self.zk.freeze(6)  # past the 4 s session: the master's handle says it is fenced
+            old = server.workers()
             victim = sorted(ids.by_pid)[0]
+            assert victim in old, (victim, old)
             os.kill(victim, signal.SIGKILL)
             wait_until(lambda: not sfpy_test.alive(victim), sftest.PATIENCE, "the worker dead")
-            before = set(ids.by_pid)
             deadline = time.time() + sftest.PATIENCE
-            while not set(ids.by_pid) - before and time.time() < deadline:
-                load(server, ids, 40, batches=1, until=lambda: set(ids.by_pid) - before)
-            assert set(ids.by_pid) - before, (
-                "no worker forked after the master logged answered in %.0f s; the server's "
-                "log:\n%s" % (sftest.PATIENCE, server.log()))
+            while not set(ids.by_pid) - old and time.time() < deadline:
+                load(server, ids, 40, batches=1, until=lambda: set(ids.by_pid) - old)
+            assert set(ids.by_pid) - old, (
+                "no worker forked after the master logged answered in %.0f s (workers before "
+                "the kill %r, answered %r); the server's log:\n%s"
+                % (sftest.PATIENCE, sorted(old), sorted(ids.by_pid), server.log()))
             self.stop_cleanly(server)
         finally:
             server.kill()
