@@ -239,6 +239,13 @@ def assert_no_errors(ids, server, but=()):
     assert not errors, "%r; the server's log:\n%s" % (errors[:5], server.log())
 
 
+def worker_deaths(log):
+    """The lines of a server's log that say a worker died of a signal (gunicorn and uWSGI
+    each say it in their words)."""
+    return [line for line in log.splitlines()
+            if "terminated due to signal" in line or "killed by signal" in line]
+
+
 def check_pairs(ids, nodes, master):
     """Each worker that answered holds a pair of its own, named in ZooKeeper by its pid, and
     carried by every id it gave; none is the master's."""
@@ -313,8 +320,7 @@ class Scenario:
         rc = server.stop(self.stop_signal)
         after = server.log_since(offset)
         assert rc == 0, "%s exited with %r at stop; its log:\n%s" % (server.name, rc, after)
-        deaths = [line for line in after.splitlines()
-                  if "terminated due to signal" in line or "killed by signal" in line]
+        deaths = worker_deaths(after)
         assert not deaths, "a worker died at stop: %r; the log:\n%s" % (deaths, after)
 
     def check_stopped(self, server, zk, path, also_left=()):
@@ -424,6 +430,9 @@ class Scenario:
                 "no worker forked after the master logged answered in %.0f s (workers before "
                 "the kill %r, answered %r); the server's log:\n%s"
                 % (sftest.PATIENCE, sorted(old), sorted(ids.by_pid), server.log()))
+            deaths = worker_deaths(server.log_since(0))
+            assert len(deaths) == 1 and str(victim) in deaths[0], (
+                "worker %d was killed; the deaths the server logged: %r" % (victim, deaths))
             self.stop_cleanly(server)
         finally:
             server.kill()
