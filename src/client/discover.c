@@ -21,6 +21,7 @@
 
 #include "common/clocks.h"
 #include "common/hostport.h"
+#include "common/threads.h"
 #include "common/zkpath.h"
 #include "rpc/resolve.h"
 
@@ -219,9 +220,13 @@ sfc_discover *sfc_discover_start(const char *hosts, const char *path, int sessio
         free(d);
         return NULL;
     }
+    sigset_t mask; /* the client's two threads are started inside, with the caller's mask */
+    sf_threads_block(&mask);
     d->zh = zookeeper_init(hosts, sfc_discover_watcher, session_timeout_ms, NULL, d, 0);
-    int rc = d->zh == NULL ? (errno != 0 ? errno : EINVAL)
-                           : pthread_create(&d->thread, NULL, sfc_discover_run, d);
+    int init_errno = errno;
+    sf_threads_unblock(&mask);
+    int rc = d->zh == NULL ? (init_errno != 0 ? init_errno : EINVAL)
+                           : sf_threads_start(&d->thread, NULL, sfc_discover_run, d);
     if (rc != 0) {
         if (d->zh == NULL)
             sfc_discover_why_init(hosts, rc, why, whylen);

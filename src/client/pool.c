@@ -15,6 +15,7 @@
 
 #include "common/clocks.h"
 #include "common/hostport.h"
+#include "common/threads.h"
 
 #ifdef SFC_COUNT_POOL_LOCKS
 static _Thread_local uint64_t sfc_pool_locks;
@@ -227,7 +228,7 @@ bool sfc_pool_init(sfc_pool *p, const sfc_options *o, sfc_probe_fn probe, void *
     p->probe = probe;
     p->probe_ctx = probe_ctx;
     snprintf(p->why_no_list, sizeof p->why_no_list, "no node is known yet");
-    int rc = pthread_create(&p->prober, NULL, sfc_pool_prober, p);
+    int rc = sf_threads_start(&p->prober, NULL, sfc_pool_prober, p);
     if (rc != 0) {
         snprintf(why, whylen, "cannot start the prober thread: %s", strerror(rc));
         return false;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/clocks.h"
+#include "common/threads.h"
 #include "lib/snowflake.h"
 
 struct sfc_prefetch {
@@ -82,7 +83,7 @@ sfc_prefetch *sfc_prefetch_start(int capacity, int batch, int max_age_ms, int64_
     pthread_mutex_init(&pf->lock, NULL);
     int rc = sf_clocks_cond_init(&pf->wake);
     if (rc == 0)
-        rc = pthread_create(&pf->thread, NULL, sfc_prefetch_run, pf);
+        rc = sf_threads_start(&pf->thread, NULL, sfc_prefetch_run, pf);
     if (rc != 0) {
         snprintf(why, whylen, "cannot set up the prefetch thread: %s", strerror(rc));
         pthread_cond_destroy(&pf->wake);

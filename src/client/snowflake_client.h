@@ -22,7 +22,9 @@
  * that finds none asks the nodes itself, with failover, until its own deadline.
  *
  * Every function is thread-safe and every call returns by its deadline, also when every
- * node is down (SFC_ERR_UNAVAILABLE, naming each node tried and why it failed).
+ * node is down (SFC_ERR_UNAVAILABLE, naming each node tried and why it failed). The
+ * client's threads (and the ZooKeeper client's) block every signal but the faults: a signal
+ * sent to the process is handled on one of the program's own threads.
  * Functions that can fail return SFC_OK (0) or a negative SFC_ERR_* code and, when given an
  * sfc_error, fill it with a message a person can act on. Link with
  * `pkg-config --libs snowflake-client`. */

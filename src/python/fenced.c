@@ -19,6 +19,7 @@
 #include "sfpy.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -102,8 +103,19 @@ static int sfpy_run(sfz *h, sfz_error *err)
     pthread_mutex_init(&job.lock, NULL);
     pthread_cond_init(&job.finished, &attr);
     pthread_condattr_destroy(&attr);
+    /* The start's thread takes none of the process's signals, as none of the library's
+     * threads does: a handler of the program's (uWSGI's stop, which exits and then waits
+     * for the GIL) runs on its own threads, and Ctrl-C reaches this one, which cancels. The
+     * faults stay the thread's own. */
+    sigset_t quiet, saved;
+    sigfillset(&quiet);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        sigdelset(&quiet, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &quiet, &saved);
     pthread_t thread;
     bool threaded = pthread_create(&thread, NULL, sfpy_run_thread, &job) == 0;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (!threaded) { /* no thread to spare: the start runs here, deaf to signals */
         Py_BEGIN_ALLOW_THREADS
         sfpy_run_thread(&job);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/clocks.h"
+#include "common/threads.h"
 
 #define SF_RESOLVE_NAMES 1024
 #define SF_RESOLVE_LOOKUPS 16
@@ -94,7 +95,7 @@ static void sf_resolve_start(sf_name *e)
     e->looking = true;
     e->holders++;
     sf_resolver.lookups++;
-    if (pthread_create(&thread, &attr, sf_resolve_lookup, e) != 0) {
+    if (sf_threads_start(&thread, &attr, sf_resolve_lookup, e) != 0) {
         e->looking = false;
         e->holders--;
         sf_resolver.lookups--;

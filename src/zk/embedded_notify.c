@@ -1,6 +1,7 @@
 /* embedded_notify.c -- a handle's callbacks to the application, made from a thread of their
  * own, in order (see embedded_notify.h): a bounded queue under a mutex, which the registry's
  * thread, the skew check's and the application's own only ever append to. */
+#define _POSIX_C_SOURCE 200809L /* pthread_sigmask, through common/threads.h */
 #include "embedded_notify.h"
 
 #include <pthread.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "common/threads.h"
 
 /* One queued call: a state, or a log line. */
 typedef struct sfz_note {
@@ -101,7 +104,7 @@ sfz_notifier *sfz_notifier_start(sfz_log_fn log, void *log_ctx, sfz_state_fn on_
     n->pid = getpid();
     pthread_mutex_init(&n->mu, NULL);
     pthread_cond_init(&n->cv, NULL);
-    if (pthread_create(&n->thread, NULL, sfz_notify_thread, n) != 0) {
+    if (sf_threads_start(&n->thread, NULL, sfz_notify_thread, n) != 0) {
         pthread_cond_destroy(&n->cv);
         pthread_mutex_destroy(&n->mu);
         free(n);

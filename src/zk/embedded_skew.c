@@ -14,6 +14,7 @@
 
 #include "common/clocks.h"
 #include "common/registry_options.h"
+#include "common/threads.h"
 
 #define SFZ_SKEW_PEERS_MAX (SF_MAX_WORKER_ID + 1)
 #define SFZ_SKEW_STOP_SLICE_MS 100 /* a stop is seen within this, between rounds */
@@ -170,7 +171,7 @@ sfz_skew_watch *sfz_skew_start(sf_registry *r, sfz_peer_fn query, void *peer_ctx
     *w = (sfz_skew_watch){.registry = r, .query = query, .peer_ctx = peer_ctx,
                           .max_ms = max_ms, .verdict = verdict, .ctx = ctx};
     pthread_mutex_init(&w->lock, NULL);
-    int rc = pthread_create(&w->thread, NULL, sfz_skew_thread, w);
+    int rc = sf_threads_start(&w->thread, NULL, sfz_skew_thread, w);
     if (rc != 0) {
         snprintf(msg, len, "cannot start the live clock check's thread: %s", strerror(rc));
         pthread_mutex_destroy(&w->lock);

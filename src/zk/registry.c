@@ -30,6 +30,7 @@
 #include "common/clocks.h"
 #include "common/cloexec.h"
 #include "common/jitter.h"
+#include "common/threads.h"
 #include "common/zkpath.h"
 #include "lib/snowflake.h"
 
@@ -377,11 +378,14 @@ static int sf_reg_open_session(sf_registry *r, char *err, size_t errlen)
     r->session_started = sf_clocks_boot_ms();
     sf_fdset before;
     int listed = sf_cloexec_snapshot(&before);
+    sigset_t mask; /* the client's two threads are started inside, with the caller's mask */
+    sf_threads_block(&mask);
     errno = 0;
     r->zh = zookeeper_init(r->servers, sf_reg_session_watcher, r->o.session_timeout_ms, NULL, r,
                            0);
     bool ok = r->zh != NULL;
     int init_errno = errno;
+    sf_threads_unblock(&mask);
     if (ok)
         sf_reg_cloexec_done(r, listed == 0 ? sf_cloexec_new_pipes(&before) : -1);
     free(before.bits);
@@ -934,7 +938,7 @@ int sf_registry_watch(sf_registry *r, char *err, size_t errlen)
         pthread_mutex_unlock(&r->mu);
     }
     sf_reg_deliver(r);
-    int rc = pthread_create(&r->thread, NULL, sf_reg_thread, r);
+    int rc = sf_threads_start(&r->thread, NULL, sf_reg_thread, r);
     if (rc != 0) {
         sf_registry_set_err(err, errlen, "cannot start the registry thread: %s", strerror(rc));
         return -1;

@@ -14,6 +14,10 @@
  * checks cover what the nodes say; snowflaked's nodes are queried only through a
  * query_peer function the program gives (snowflaked gives its Thrift client).
  *
+ * The threads a handle starts (and the ZooKeeper client's) block every signal but the faults
+ * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS): a signal sent to the process is
+ * handled on one of the program's own threads, whatever its handler needs there.
+ *
  * Conventions: functions that can fail return SFZ_OK (0) or a negative SFZ_ERR_* code and,
  * when given an sfz_error, fill it with a message a person can act on. Link with
  * `pkg-config --libs snowflake-zk`. */

@@ -554,6 +554,73 @@ def check_client():
         expect(snowflake.UnavailableError, down.next_id, must=(nowhere,))
 
 
+# Run in a process of its own (no other threads but the ones it makes): a thread that
+# watches /proc/self/task from before the first handle is made, and reads the blocked signals
+# of every thread that appears (a lazy start's, a Fenced handle's, the ZooKeeper client's, a
+# Client's prober, prefetcher and discovery); it prints what it saw as JSON.
+THREADS_SCRIPT = r"""
+import json, os, signal, sys, threading, snowflake
+zk, servers, path = sys.argv[1:4]
+FAULTS = {signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
+          signal.SIGILL, signal.SIGTRAP, signal.SIGSYS}
+ASYNC = [s for s in range(1, signal.SIGRTMAX + 1)
+         if (s < 32 or s >= signal.SIGRTMIN) and s not in FAULTS]
+
+def unblocked(tid):
+    try:
+        with open("/proc/self/task/%s/status" % tid) as f:
+            mask = int([l for l in f if l.startswith("SigBlk:")][0].split()[1], 16)
+    except (OSError, IndexError):
+        return None  # gone meanwhile
+    return [signal.Signals(s).name if s < 32 else "SIGRT%d" % s for s in ASYNC
+            if not mask >> (s - 1) & 1]
+
+done, seen, base = threading.Event(), {}, {str(os.getpid())}
+def watch():
+    base.add(str(threading.get_native_id()))  # the watcher, a thread of the program's
+    while True:
+        last = done.is_set()
+        for tid in set(os.listdir("/proc/self/task")) - base - set(seen):
+            got = unblocked(tid)
+            if got is not None:
+                seen[tid] = got
+        if last:
+            return
+        done.wait(0.002)
+watcher = threading.Thread(target=watch)
+watcher.start()
+h = snowflake.Fenced(zk, path=path, datacenter_id=3, lazy=True, session_timeout_ms=10000)
+h.next_id()
+c = snowflake.Client(servers=servers, prefetch=100, prefetch_batch=50, timeout_ms=60000)
+c.next_id()
+d = snowflake.Client(zookeeper=zk, path=path + "-servers", timeout_ms=300)
+done.set()
+watcher.join()
+print(json.dumps(seen))
+h.close(); c.close(); d.close()
+"""
+
+
+def check_library_threads_take_no_process_signal():
+    """No thread the module's handles start takes a signal sent to the process: it is handled
+    on a thread of the program's, as its handler may need (uWSGI's stop handler exits and
+    then waits for the Python lock that its main thread keeps). Every such thread blocks
+    every signal but the faults, which belong to the thread that causes them."""
+    with sftest.Server(worker_id=4, datacenter_id=5) as node:
+        out = subprocess.run([sys.executable, "-c", THREADS_SCRIPT, ZK.hosts,
+                              "127.0.0.1:%d" % node.port, paths()],
+                             env=sfpy_test.module_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=sftest.PATIENCE)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    # A Fenced handle alone runs four: its notifier and registry, the ZooKeeper client's two.
+    assert len(seen) >= 4, "threads seen: %r; stderr:\n%s" % (seen, out.stderr)
+    taking = ["thread %s: %s%s" % (tid, " ".join(sigs[:8]), " ..." if len(sigs) > 8 else "")
+              for tid, sigs in sorted(seen.items()) if sigs]
+    assert not taking, "%d of the %d threads the handles started take process signals: %s" % (
+        len(taking), len(seen), "; ".join(taking))
+
+
 def check_client_arguments():
     C = snowflake.Client
     expect(ValueError, C, must=("exactly one of servers",))
@@ -654,7 +721,8 @@ def main():
                   check_fenced_arguments, check_fenced, check_fenced_lazy,
                   check_fenced_threads, check_fenced_start_failure, check_start_interrupted,
                   check_fenced_while_zookeeper_frozen, check_exit_releases, check_client,
-                  check_client_arguments, check_stub_and_docs):
+                  check_library_threads_take_no_process_signal, check_client_arguments,
+                  check_stub_and_docs):
         r.run(check)
     r.finish()
 

@@ -2,11 +2,13 @@
  * server: options refused by name, a start that serves and a stop that releases, ZooKeeper
  * unreachable at start (tried again until it answers or the start's time is up), every slot
  * taken, another datacenter's embedded holder, a start stopped midway, an application that
- * keeps calling while fenced, and a process frozen past its session timeout (a child of the
- * test's: not under AddressSanitizer, as check_fork). */
+ * keeps calling while fenced, a process frozen past its session timeout (a child of the
+ * test's: not under AddressSanitizer, as check_fork), and the handle's threads blocking the
+ * signals sent to the process. */
 #define _GNU_SOURCE /* CLOCK_BOOTTIME, prctl */
 #include <check.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1290,6 +1292,75 @@ START_TEST(stop_is_bounded_while_zookeeper_is_silent)
 }
 END_TEST
 
+/* The thread ids of this process (/proc/self/task), up to max: how many. */
+static int task_ids(long *ids, int max)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < max;)
+        if (e->d_name[0] != '.')
+            ids[n++] = atol(e->d_name);
+    closedir(d);
+    return n;
+}
+
+/* The signals thread tid blocks (SigBlk of its status: bit n-1 for signal n); false when
+ * the thread is gone. */
+static bool task_blocked(long tid, uint64_t *mask)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = sscanf(line, "SigBlk: %" SCNx64, mask) == 1;
+    fclose(f);
+    return found;
+}
+
+/* A signal sent to the process is handled on one of the program's threads, never on one the
+ * handle started (its notifier, its registry, the ZooKeeper client's): a program's handler
+ * may need what only its own threads hold. They block every signal but the faults, which
+ * belong to the thread that caused them. */
+START_TEST(threads_take_no_process_signal)
+{
+    enum { MAX_TASKS = 64 };
+    long before[MAX_TASKS], after[MAX_TASKS];
+    int n_before = task_ids(before, MAX_TASKS);
+    sfz_options o;
+    sfz_error err;
+    sfz *h = NULL;
+    test_options(&o, zk.hosts, "/e-signals");
+    o.session_timeout_ms = STEADY_SESSION_MS;
+    ck_assert_msg(sfz_start(&o, &h, &err) == SFZ_OK, "%s", err.message);
+    int n_after = task_ids(after, MAX_TASKS), started = 0;
+    for (int i = 0; i < n_after; i++) {
+        bool old = false;
+        for (int j = 0; j < n_before && !old; j++)
+            old = after[i] == before[j];
+        uint64_t mask;
+        if (old || !task_blocked(after[i], &mask))
+            continue;
+        started++;
+        for (int sig = 1; sig <= SIGRTMAX; sig++) {
+            if ((sig >= 32 && sig < SIGRTMIN) || sig == SIGKILL || sig == SIGSTOP ||
+                sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+                sig == SIGTRAP || sig == SIGSYS)
+                continue;
+            ck_assert_msg(mask >> (sig - 1) & 1, "thread %ld (one of the handle's) takes "
+                          "signal %d (%s) sent to the process (SigBlk %016" PRIx64 ")",
+                          after[i], sig, sig < 32 ? strsignal(sig) : "real-time", mask);
+        }
+    }
+    /* The notifier, the registry's thread, the ZooKeeper client's two. */
+    ck_assert_msg(started >= 4, "the handle started %d threads", started);
+    sfz_stop(h);
+}
+END_TEST
+
 static Suite *embedded_suite(void)
 {
     Suite *s = suite_create("embedded");
@@ -1324,6 +1395,7 @@ static Suite *embedded_suite(void)
     tcase_add_test(tc, stop_waits_for_a_call_inside);
     tcase_add_test(tc, another_epoch_is_refused_naming_both);
     tcase_add_test(tc, stop_is_bounded_while_zookeeper_is_silent);
+    tcase_add_test(tc, threads_take_no_process_signal);
     suite_add_tcase(s, tc);
     TCase *fleet = tcase_create("fleet");
     tcase_set_timeout(fleet, 120);
