@@ -105,8 +105,8 @@ static int sfpy_run(sfz *h, sfz_error *err)
     pthread_condattr_destroy(&attr);
     /* The start's thread takes none of the process's signals, as none of the library's
      * threads does: a handler of the program's (uWSGI's stop, which exits and then waits
-     * for the GIL) runs on its own threads, and Ctrl-C reaches this one, which cancels. The
-     * faults stay the thread's own. */
+     * for the GIL) runs on the program's own threads, and Ctrl-C reaches the thread waiting
+     * below, which cancels the start. The faults stay the thread's own. */
     sigset_t quiet, saved;
     sigfillset(&quiet);
     static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
