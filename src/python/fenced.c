@@ -19,10 +19,10 @@
 #include "sfpy.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/threads.h"
 #include "fenced_options.h"
 #include "inside.h"
 
@@ -104,18 +104,11 @@ static int sfpy_run(sfz *h, sfz_error *err)
     pthread_cond_init(&job.finished, &attr);
     pthread_condattr_destroy(&attr);
     /* The start's thread takes none of the process's signals, as none of the library's
-     * threads does: a handler of the program's (uWSGI's stop, which exits and then waits
-     * for the GIL) runs on the program's own threads, and Ctrl-C reaches the thread waiting
-     * below, which cancels the start. The faults stay the thread's own. */
-    sigset_t quiet, saved;
-    sigfillset(&quiet);
-    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
-        sigdelset(&quiet, faults[i]);
-    pthread_sigmask(SIG_BLOCK, &quiet, &saved);
+     * threads does (common/threads.h): a handler of the program's (uWSGI's stop, which exits
+     * and then waits for the GIL) runs on the program's own threads, and Ctrl-C reaches the
+     * thread waiting below, which cancels the start. */
     pthread_t thread;
-    bool threaded = pthread_create(&thread, NULL, sfpy_run_thread, &job) == 0;
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    bool threaded = sf_threads_start(&thread, NULL, sfpy_run_thread, &job) == 0;
     if (!threaded) { /* no thread to spare: the start runs here, deaf to signals */
         Py_BEGIN_ALLOW_THREADS
         sfpy_run_thread(&job);

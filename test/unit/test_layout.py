@@ -24,9 +24,11 @@ LAYERS = {
     "python": {"lib"},
 }
 # Besides its layers, a folder may include these headers only of a folder it is not layered
-# on: the Python module builds on the three installed libraries, through their public headers.
+# on: the Python module builds on the three installed libraries, through their public headers,
+# and on common/threads.h, which is inline and links nothing, so that the one thread it starts
+# blocks the process's signals as every thread of the libraries does.
 PUBLIC = {
-    "python": {"zk/snowflake_zk.h", "client/snowflake_client.h"},
+    "python": {"zk/snowflake_zk.h", "client/snowflake_client.h", "common/threads.h"},
 }
 # Inside a folder: a module listed here may include only the modules listed for it, and may
 # name (sf_...) nothing declared only in the folder's other headers, so that it cannot call
